@@ -1,0 +1,57 @@
+# tollgate — run `make help` for the targets.
+
+GO        ?= go
+BIN       := bin/tollgate
+PKGS      := ./...
+FUZZTIME  ?= 20s
+BENCHTIME ?= 1s
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List the targets.
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## Build bin/tollgate.
+	$(GO) build -o $(BIN) ./cmd/tollgate
+
+.PHONY: run
+run: build ## Serve config-examples/ on the embedded store (gRPC :8081, HTTP :8080).
+	$(BIN) serve --config-dir config-examples --store memory
+
+.PHONY: test
+test: redis ## Run every test (installs redis-server first if it is missing).
+	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+
+.PHONY: redis
+redis: ## Install redis-server and redis-tools with apt-get when they are missing.
+	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null || \
+		{ echo "installing redis-server (apt-get)"; apt-get update -qq && \
+		  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools >/dev/null; }
+
+.PHONY: bench
+bench: ## Run the Go benchmarks with allocation counts.
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZTIME each.
+	@for target in $$(grep -rl --include='*_test.go' '^func Fuzz' pkg); do \
+		dir=$$(dirname $$target); \
+		for f in $$(grep -o '^func Fuzz[A-Za-z0-9_]*' $$target | cut -d' ' -f2); do \
+			echo "== $$dir $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) ./$$dir || exit 1; \
+		done; \
+	done
+
+.PHONY: lint
+lint: ## Check gofmt and go vet.
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+		if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+.PHONY: tidy
+tidy: ## Check that go.mod and go.sum are tidy.
+	$(GO) mod tidy -diff
+
+.PHONY: ci
+ci: tidy lint test ## What CI runs: tidy, lint, test.

@@ -1,0 +1,86 @@
+// Package algorithm holds tollgate's four rate-limit algorithms as pure
+// functions of (state, limit, now, cost). Stores keep the state; the Redis
+// store mirrors each function in Lua and must give identical verdicts on the
+// vectors in package algorithmtest.
+//
+// Time is an int64 count of microseconds since the Unix epoch. Microseconds
+// keep every value below 2^53, so Lua's doubles represent them exactly.
+package algorithm
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Kind names an algorithm.
+type Kind uint8
+
+// The algorithms. The zero Kind is not valid; configuration resolves an
+// unset algorithm to the configured default before a Limit is built.
+const (
+	TokenBucket Kind = iota + 1
+	FixedWindow
+	SlidingWindowCounter
+	SlidingWindowLog
+)
+
+var kindNames = [...]string{
+	TokenBucket:          "token_bucket",
+	FixedWindow:          "fixed_window",
+	SlidingWindowCounter: "sliding_window_counter",
+	SlidingWindowLog:     "sliding_window_log",
+}
+
+// String returns the configuration name of k, such as "token_bucket".
+func (k Kind) String() string {
+	if k == 0 || int(k) >= len(kindNames) {
+		return fmt.Sprintf("algorithm(%d)", k)
+	}
+	return kindNames[k]
+}
+
+// ParseKind returns the Kind named s, ignoring case.
+func ParseKind(s string) (Kind, error) {
+	for k, name := range kindNames {
+		if name != "" && strings.EqualFold(s, name) {
+			return Kind(k), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown algorithm %q (want token_bucket, fixed_window, sliding_window_counter or sliding_window_log)", s)
+}
+
+// Limit is what one rule allows: Requests hits per Period, plus Burst extra
+// capacity for a token bucket.
+type Limit struct {
+	Kind     Kind
+	Requests int64 // hits admitted per period
+	Burst    int64 // extra token-bucket capacity; 0 for other algorithms
+	Period   int64 // microseconds
+}
+
+// Micros converts a time to the microsecond timestamps the algorithms use.
+func Micros(t time.Time) int64 { return t.UnixMicro() }
+
+// Verdict is the outcome of one hit.
+type Verdict struct {
+	// Allowed reports whether the hit was admitted. A rejected hit changes
+	// no state.
+	Allowed bool
+	// Limit is the capacity reported to clients (Requests, plus Burst for a
+	// token bucket).
+	Limit int64
+	// Remaining is how many more unit-cost hits would be admitted right now,
+	// after this hit.
+	Remaining int64
+	// ResetAfter is how long until the counter is back to full capacity if
+	// nothing else is counted: until a token bucket is full, or until every
+	// counted hit of a window algorithm has left its window. It is zero for
+	// a counter that is already full.
+	ResetAfter time.Duration
+	// RetryAfter is zero for an admitted hit; for a rejected one, how long
+	// until the same hit would be admitted if nothing else happened. A hit
+	// that can never be admitted (its cost exceeds the capacity, or Requests
+	// is 0) gets one Period, so clients back off instead of retrying at once.
+	RetryAfter time.Duration
+}

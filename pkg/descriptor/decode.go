@@ -1,0 +1,873 @@
+package descriptor
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/tollgatehq/tollgate/pkg/algorithm"
+)
+
+// Limits on what one configuration file may hold.
+const (
+	// maxDepth bounds the nesting of descriptors (and of merge keys).
+	maxDepth = 64
+	// maxYAMLNodes bounds the YAML nodes visited per file, counting each
+	// use of an alias again, so that an alias bomb fails instead of
+	// exhausting memory.
+	maxYAMLNodes = 1 << 20
+	// maxErrors bounds the errors reported per file.
+	maxErrors = 100
+	// maxWindow is the longest window the algorithms support.
+	maxWindow = time.Duration(algorithm.MaxPeriod) * time.Microsecond
+)
+
+// fieldSet is a space-separated list of field names.
+type fieldSet string
+
+// The fields of each YAML mapping. The first group of descriptor and
+// rate_limit fields is envoyproxy/ratelimit's; the rest are tollgate's.
+const (
+	fileFields       fieldSet = "domain descriptors defaults shard_by"
+	defaultsFields   fieldSet = "algorithm failure_mode burst"
+	descriptorFields fieldSet = "key value rate_limit descriptors shadow_mode quota_mode detailed_metric value_to_metric share_threshold metadata " +
+		"rate_limits action failure_mode"
+	limitFields    fieldSet = "unit requests_per_unit unlimited name replaces algorithm burst unit_multiplier"
+	replacesFields fieldSet = "name"
+)
+
+// has reports whether name is one of s's names.
+func (s fieldSet) has(name string) bool {
+	set := string(s)
+	for i := 0; name != "" && i < len(set); {
+		j := strings.Index(set[i:], name)
+		if j < 0 {
+			return false
+		}
+		j += i
+		end := j + len(name)
+		if (j == 0 || set[j-1] == ' ') && (end == len(set) || set[end] == ' ') {
+			return true
+		}
+		i = j + 1
+	}
+	return false
+}
+
+func (s fieldSet) String() string { return strings.Join(strings.Fields(string(s)), ", ") }
+
+// field is one key/value pair of a YAML mapping, merge keys resolved.
+type field struct {
+	name    string
+	key     *yaml.Node
+	val     *yaml.Node // aliases resolved
+	problem string     // set for an unknown or duplicate field
+}
+
+// fields is a decoded mapping.
+type fields []field
+
+func (fs fields) get(name string) *field {
+	for i := range fs {
+		if fs[i].name == name && fs[i].problem == "" {
+			return &fs[i]
+		}
+	}
+	return nil
+}
+
+// parser decodes and validates one file.
+type parser struct {
+	file   string
+	opts   Options
+	errs   *errorList
+	budget int // YAML nodes left to visit
+	nerrs  int // errors reported
+	// exhausted is set once the budget or the error limit is reached;
+	// decoding then stops.
+	exhausted bool
+}
+
+func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
+	line := 0
+	if n != nil {
+		line = n.Line
+	}
+	p.errorAt(line, path, format, args...)
+}
+
+func (p *parser) errorAt(line int, path, format string, args ...any) {
+	if p.exhausted {
+		return
+	}
+	p.nerrs++
+	if p.nerrs > maxErrors {
+		p.exhausted = true
+		p.errs.add(p.file, line, "", "too many errors; stopping")
+		return
+	}
+	p.errs.add(p.file, line, path, format, args...)
+}
+
+// resolve follows aliases and charges the node budget. It returns nil once
+// the budget is spent or decoding has stopped.
+func (p *parser) resolve(n *yaml.Node) *yaml.Node {
+	for n != nil && n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	p.budget--
+	if p.budget < 0 && !p.exhausted {
+		p.errorf(n, "", "the file expands to more than %d YAML nodes (aliases count each time they are used)", maxYAMLNodes)
+		p.exhausted = true
+	}
+	if p.exhausted {
+		return nil
+	}
+	return n
+}
+
+// decodeYAML reads the next document. It turns a panic of the YAML parser
+// into an error, so that no input can crash a reload.
+func decodeYAML(dec *yaml.Decoder, n *yaml.Node) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("yaml: parser failed: %v", r)
+		}
+	}()
+	return dec.Decode(n)
+}
+
+// syntaxError records a YAML parser error, taking the line from its text.
+func (p *parser) syntaxError(err error) {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	line := 0
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if num, tail, ok := strings.Cut(rest, ": "); ok {
+			if n, err := strconv.Atoi(num); err == nil {
+				line, msg = n, tail
+			}
+		}
+	}
+	p.errs.add(p.file, line, "", "invalid YAML: %s", msg)
+}
+
+// parseFile decodes one file into a domain. It returns nil if the file
+// names no usable domain; problems are recorded in p.errs.
+func (p *parser) parseFile(data []byte) *Domain {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := decodeYAML(dec, &doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			p.errorf(nil, "", "missing domain: the file is empty")
+		} else {
+			p.syntaxError(err)
+		}
+		return nil
+	}
+	var extra yaml.Node
+	switch err := decodeYAML(dec, &extra); {
+	case errors.Is(err, io.EOF):
+	case err != nil:
+		p.syntaxError(err)
+		return nil
+	default:
+		p.errorf(&extra, "", "a second YAML document: a file holds exactly one domain")
+		return nil
+	}
+	root := &doc
+	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
+		root = doc.Content[0]
+	}
+	if root.Kind == yaml.ScalarNode && root.ShortTag() == "!!null" {
+		p.errorf(root, "", "missing domain: the file is empty")
+		return nil
+	}
+	return p.domain(root)
+}
+
+// fields decodes the mapping n. Structural problems are reported at once
+// with path; unknown and duplicate fields are marked, for report to record
+// once the caller knows the descriptor's path. It returns nil if n is not a
+// mapping.
+func (p *parser) fields(n *yaml.Node, path, what string, allowed fieldSet) fields {
+	out := make(fields, 0, len(n.Content)/2)
+	if !p.collect(n, path, what, allowed, &out, false, 0) {
+		return nil
+	}
+	return out
+}
+
+func (p *parser) collect(n *yaml.Node, path, what string, allowed fieldSet, out *fields, merged bool, depth int) bool {
+	n = p.resolve(n)
+	if n == nil {
+		return false
+	}
+	if n.Kind != yaml.MappingNode {
+		p.errorf(n, path, "%s: want a mapping, got %s", what, describe(n))
+		return false
+	}
+	if depth > maxDepth {
+		p.errorf(n, path, "%s: merge keys nested more than %d deep", what, maxDepth)
+		return false
+	}
+	var merges []*yaml.Node
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := p.resolve(n.Content[i])
+		v := p.resolve(n.Content[i+1])
+		if k == nil || v == nil {
+			return false
+		}
+		if k.Kind != yaml.ScalarNode {
+			p.errorf(k, path, "%s: a field name must be a plain string, got %s", what, describe(k))
+			continue
+		}
+		if k.ShortTag() == "!!merge" {
+			merges = append(merges, v)
+			continue
+		}
+		f := field{name: k.Value, key: k, val: v}
+		if prev := out.get(f.name); prev != nil {
+			if merged {
+				continue // a key of the mapping itself, or of an earlier merge, wins
+			}
+			f.problem = fmt.Sprintf("duplicate field %q (first at line %d)", f.name, prev.key.Line)
+		} else if !allowed.has(f.name) {
+			f.problem = fmt.Sprintf("unknown field %q in %s (want one of: %s)", f.name, what, allowed)
+		}
+		*out = append(*out, f)
+	}
+	for _, m := range merges {
+		if m.Kind == yaml.SequenceNode {
+			for _, item := range m.Content {
+				if !p.collect(item, path, what, allowed, out, true, depth+1) {
+					return false
+				}
+			}
+			continue
+		}
+		if !p.collect(m, path, what, allowed, out, true, depth+1) {
+			return false
+		}
+	}
+	return true
+}
+
+// report records the unknown and duplicate fields of fs under path.
+func (p *parser) report(fs fields, path string) {
+	for _, f := range fs {
+		if f.problem != "" {
+			p.errorf(f.key, path, "%s", f.problem)
+		}
+	}
+}
+
+// describe names the kind of a YAML node for an error message.
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		if n.ShortTag() == "!!null" {
+			return "null"
+		}
+		return strconv.Quote(n.Value)
+	}
+	return "a YAML document"
+}
+
+// str decodes a string field. Any scalar is accepted and taken as written,
+// so "value: 200" is the string "200"; null reads as unset.
+func (p *parser) str(f *field, path, ctx string) (string, bool) {
+	if f == nil {
+		return "", false
+	}
+	if f.val.Kind != yaml.ScalarNode {
+		p.errorf(f.val, path, "%s: want a string, got %s", ctx, describe(f.val))
+		return "", false
+	}
+	if f.val.ShortTag() == "!!null" {
+		return "", false
+	}
+	return f.val.Value, true
+}
+
+// boolean decodes a true/false field; YAML 1.1 spellings such as "yes" are
+// accepted, as envoyproxy/ratelimit's YAML library does.
+func (p *parser) boolean(f *field, path, ctx string) bool {
+	if f == nil {
+		return false
+	}
+	var b bool
+	if f.val.Kind != yaml.ScalarNode || f.val.Decode(&b) != nil {
+		p.errorf(f.val, path, "%s: want true or false, got %s", ctx, describe(f.val))
+		return false
+	}
+	return b
+}
+
+// uint32Field decodes a whole number between 0 and MaxUint32.
+func (p *parser) uint32Field(f *field, path, ctx string) (uint32, bool) {
+	var v int64
+	if f.val.Kind != yaml.ScalarNode || f.val.ShortTag() != "!!int" || !decodeInt(f.val, &v) || v < 0 || v > math.MaxUint32 {
+		p.errorf(f.val, path, "%s: want a whole number from 0 to %d, got %s", ctx, uint32(math.MaxUint32), describe(f.val))
+		return 0, false
+	}
+	return uint32(v), true
+}
+
+// decodeInt decodes an !!int scalar, plain decimals without reflection.
+func decodeInt(n *yaml.Node, v *int64) bool {
+	if i, err := strconv.ParseInt(n.Value, 10, 64); err == nil {
+		*v = i
+		return true
+	}
+	return n.Decode(v) == nil
+}
+
+// domainBuilder holds what the descriptors of one domain share.
+type domainBuilder struct {
+	*parser
+	d           *Domain
+	algorithm   algorithm.Kind // resolved default algorithm
+	algSource   string         // where algorithm came from, for messages
+	failureMode FailureMode
+	burst       uint32
+	hasBurst    bool
+	names       map[string]bool // limit names
+	keys        map[string]bool // every descriptor key
+	refs        []replaceRef
+}
+
+// replaceRef is one replaces entry, checked once every name is known.
+type replaceRef struct {
+	name string
+	node *yaml.Node
+	path string
+	ctx  string
+}
+
+// domain decodes the root mapping of a file.
+func (p *parser) domain(root *yaml.Node) *Domain {
+	fs := p.fields(root, "", "the file", fileFields)
+	if fs == nil {
+		return nil
+	}
+	p.report(fs, "")
+	d := &Domain{file: p.file, line: root.Line}
+	b := &domainBuilder{parser: p, d: d, names: map[string]bool{}, keys: map[string]bool{}}
+
+	nameF := fs.get("domain")
+	name, ok := p.str(nameF, "", "domain")
+	switch {
+	case nameF == nil:
+		p.errorf(root, "", "missing domain")
+	case !ok || name == "":
+		p.errorf(nameF.val, "", "domain is empty")
+	default:
+		d.name, d.line = name, nameF.key.Line
+	}
+
+	b.defaults(fs.get("defaults"))
+	if f := fs.get("descriptors"); f != nil {
+		d.root = b.level(f.val, nil, "", 1)
+	}
+	if f := fs.get("shard_by"); f != nil {
+		key, ok := p.str(f, "", "shard_by")
+		switch {
+		case !ok || key == "":
+			p.errorf(f.val, "", "shard_by is empty")
+		case !b.keys[key]:
+			p.errorf(f.val, "", "shard_by: no descriptor of the domain has key %q", key)
+		default:
+			d.shardBy = key
+		}
+	}
+	for _, r := range b.refs {
+		if !b.names[r.name] {
+			p.errorf(r.node, r.path, "%s: replaces %q, but no limit of the domain has that name", r.ctx, r.name)
+		}
+	}
+	if d.name == "" {
+		return nil
+	}
+	return d
+}
+
+// defaults decodes the domain's defaults and resolves the domain's
+// default algorithm and failure mode.
+func (b *domainBuilder) defaults(f *field) {
+	b.algorithm, b.algSource = algorithm.TokenBucket, "tollgate's default"
+	if b.opts.DefaultAlgorithm != 0 {
+		b.algorithm, b.algSource = b.opts.DefaultAlgorithm, "the service's default"
+	}
+	if f == nil || (f.val.Kind == yaml.ScalarNode && f.val.ShortTag() == "!!null") {
+		return
+	}
+	fs := b.fields(f.val, "", "defaults", defaultsFields)
+	b.report(fs, "")
+	if s, ok := b.str(fs.get("algorithm"), "", "defaults.algorithm"); ok {
+		if k, err := algorithm.ParseKind(s); err != nil {
+			b.errorf(fs.get("algorithm").val, "", "defaults.algorithm: %v", err)
+		} else {
+			b.algorithm, b.algSource = k, "the domain's defaults"
+			b.d.defaults.algorithm = k.String()
+		}
+	}
+	if s, ok := b.str(fs.get("failure_mode"), "", "defaults.failure_mode"); ok {
+		if m, err := ParseFailureMode(s); err != nil {
+			b.errorf(fs.get("failure_mode").val, "", "defaults.failure_mode: %v", err)
+		} else {
+			b.failureMode = m
+			b.d.defaults.failureMode = m.String()
+		}
+	}
+	if bf := fs.get("burst"); bf != nil {
+		if v, ok := b.uint32Field(bf, "", "defaults.burst"); ok {
+			b.burst, b.hasBurst = v, true
+			b.d.defaults.burst, b.d.defaults.hasBurst = v, true
+		}
+	}
+}
+
+// level decodes a descriptors list into the children of parent (nil for
+// the domain's top level).
+func (b *domainBuilder) level(seqNode *yaml.Node, parent *node, parentPath string, depth int) *level {
+	seq := b.resolve(seqNode)
+	if seq == nil || (seq.Kind == yaml.ScalarNode && seq.ShortTag() == "!!null") {
+		return nil
+	}
+	if seq.Kind != yaml.SequenceNode {
+		b.errorf(seq, parentPath, "descriptors: want a list, got %s", describe(seq))
+		return nil
+	}
+	if depth > maxDepth {
+		b.errorf(seq, parentPath, "descriptors are nested more than %d levels deep", maxDepth)
+		return nil
+	}
+	lv := &level{groups: map[string]*group{}}
+	seen := map[Entry]int{}
+	for i, item := range seq.Content {
+		n := b.descriptor(item, parent, parentPath, i, depth)
+		if b.exhausted {
+			return nil
+		}
+		if n == nil {
+			continue
+		}
+		id := Entry{Key: n.key, Value: n.value}
+		if first, dup := seen[id]; dup {
+			b.errorAt(n.line, n.path, "duplicate descriptor (first at line %d)", first)
+			continue
+		}
+		seen[id] = n.line
+		g := lv.groups[n.key]
+		if g == nil {
+			g = &group{}
+			lv.groups[n.key] = g
+		}
+		switch {
+		case n.wildcard:
+			g.wild = append(g.wild, n)
+		case n.value == "":
+			g.deflt = n
+		default:
+			if g.exact == nil {
+				g.exact = map[string]*node{}
+			}
+			g.exact[n.value] = n
+		}
+	}
+	if len(lv.groups) == 0 {
+		return nil
+	}
+	return lv
+}
+
+// limitSpec is one decoded rate_limit object.
+type limitSpec struct {
+	limit     Limit
+	unlimited bool
+	replaces  []string
+	node      *yaml.Node
+	ctx       string // "rate_limit" or "rate_limits[i]"
+}
+
+// descriptor decodes one descriptor and, recursively, its children. It
+// returns nil if the descriptor has no usable key.
+func (b *domainBuilder) descriptor(item *yaml.Node, parent *node, parentPath string, idx, depth int) *node {
+	// A descriptor without a usable key is named by its position.
+	placeholder := func() string { return joinPath(parentPath, "descriptors["+strconv.Itoa(idx)+"]") }
+	resolved := b.resolve(item)
+	if resolved == nil {
+		return nil
+	}
+	if resolved.Kind != yaml.MappingNode {
+		b.errorf(resolved, placeholder(), "descriptor: want a mapping, got %s", describe(resolved))
+		return nil
+	}
+	fs := b.fields(resolved, placeholder(), "descriptor", descriptorFields)
+	if fs == nil {
+		return nil
+	}
+	keyF := fs.get("key")
+	key := ""
+	if keyF != nil && keyF.val.Kind == yaml.ScalarNode && keyF.val.ShortTag() != "!!null" {
+		key = keyF.val.Value
+	}
+	if key == "" {
+		at := placeholder()
+		b.report(fs, at)
+		switch {
+		case keyF == nil:
+			b.errorf(resolved, at, "missing key")
+		case keyF.val.Kind == yaml.ScalarNode:
+			b.errorf(keyF.val, at, "key is empty")
+		default:
+			b.errorf(keyF.val, at, "key: want a string, got %s", describe(keyF.val))
+		}
+		return nil
+	}
+	value, _ := b.str(fs.get("value"), joinPath(parentPath, key), "value")
+	seg, qseg := key, quote(key)
+	if value != "" {
+		seg += "=" + value
+		qseg += "=" + quote(value)
+	}
+	path := joinPath(parentPath, seg)
+	b.report(fs, path)
+
+	n := &node{key: key, value: value, path: path, line: keyF.key.Line, depth: depth, parent: parent}
+	if parent != nil {
+		n.quotedPath = parent.quotedPath + "/" + qseg
+	} else {
+		n.quotedPath = qseg
+	}
+	if strings.Contains(value, "*") {
+		n.wildcard, n.pattern = true, compileGlob(value)
+	}
+	b.keys[key] = true
+	b.d.nodes = append(b.d.nodes, n)
+
+	shared := make([]string, depth)
+	if parent != nil && parent.shared != nil {
+		copy(shared, parent.shared)
+	}
+	if f := fs.get("share_threshold"); b.boolean(f, path, "share_threshold") {
+		if n.wildcard {
+			shared[depth-1] = value
+		} else {
+			b.errorf(f.key, path, "share_threshold needs a wildcard value (one containing \"*\")")
+		}
+	}
+	n.shared = shared
+
+	specs := b.limits(fs, path)
+	actionF := fs.get("action")
+	action := ActionLimit
+	if s, ok := b.str(actionF, path, "action"); ok {
+		if a, err := ParseAction(s); err != nil {
+			b.errorf(actionF.val, path, "action: %v", err)
+		} else {
+			action = a
+			if f := firstField(fs.get("rate_limit"), fs.get("rate_limits")); f != nil {
+				b.errorf(actionF.key, path, "action %s cannot be combined with %s", a, f.name)
+			}
+		}
+	}
+	failureF := fs.get("failure_mode")
+	failureMode, hasFailureMode := b.failureMode, false
+	if s, ok := b.str(failureF, path, "failure_mode"); ok {
+		if m, err := ParseFailureMode(s); err != nil {
+			b.errorf(failureF.val, path, "failure_mode: %v", err)
+		} else {
+			failureMode, hasFailureMode = m, true
+		}
+	}
+	r := &Rule{
+		Path:           path,
+		Action:         action,
+		Shared:         shared,
+		ShadowMode:     b.boolean(fs.get("shadow_mode"), path, "shadow_mode"),
+		QuotaMode:      b.boolean(fs.get("quota_mode"), path, "quota_mode"),
+		DetailedMetric: b.boolean(fs.get("detailed_metric"), path, "detailed_metric"),
+		ValueToMetric:  b.boolean(fs.get("value_to_metric"), path, "value_to_metric"),
+		FailureMode:    failureMode,
+		Metadata:       b.metadata(fs.get("metadata"), path),
+	}
+	if f := fs.get("descriptors"); f != nil {
+		n.children = b.level(f.val, n, path, depth+1)
+	}
+
+	if fs.get("rate_limit") == nil && fs.get("rate_limits") == nil && actionF == nil {
+		if hasFailureMode {
+			b.errorf(failureF.key, path, "failure_mode has no effect on a descriptor without rate_limit, rate_limits or action")
+		}
+		return n
+	}
+	for _, s := range specs {
+		if s.unlimited {
+			r.Unlimited = true
+		} else {
+			r.Limits = append(r.Limits, s.limit)
+		}
+		for _, name := range s.replaces {
+			if !slices.Contains(r.Replaces, name) {
+				r.Replaces = append(r.Replaces, name)
+			}
+		}
+	}
+	n.rule = r
+	return n
+}
+
+// firstField returns the first non-nil field.
+func firstField(fs ...*field) *field {
+	for _, f := range fs {
+		if f != nil {
+			return f
+		}
+	}
+	return nil
+}
+
+// joinPath appends a segment to a descriptor path.
+func joinPath(parent, seg string) string {
+	if parent == "" {
+		return seg
+	}
+	return parent + "/" + seg
+}
+
+// limits decodes a descriptor's rate_limit or rate_limits and checks them
+// against each other.
+func (b *domainBuilder) limits(fs fields, path string) []limitSpec {
+	one, many := fs.get("rate_limit"), fs.get("rate_limits")
+	var specs []limitSpec
+	switch {
+	case one != nil && many != nil:
+		later := one
+		if many.key.Line > one.key.Line || (many.key.Line == one.key.Line && many.key.Column > one.key.Column) {
+			later = many
+		}
+		b.errorf(later.key, path, "rate_limit and rate_limits cannot both be set; list every limit under rate_limits")
+		return nil
+	case one != nil:
+		if s, ok := b.limit(one.val, one.key, path, "rate_limit"); ok {
+			specs = append(specs, s)
+		}
+	case many != nil:
+		seq := many.val
+		if seq.Kind != yaml.SequenceNode {
+			b.errorf(seq, path, "rate_limits: want a list, got %s", describe(seq))
+			return nil
+		}
+		if len(seq.Content) == 0 {
+			b.errorf(seq, path, "rate_limits: the list is empty")
+			return nil
+		}
+		for i, item := range seq.Content {
+			if s, ok := b.limit(item, item, path, fmt.Sprintf("rate_limits[%d]", i)); ok {
+				specs = append(specs, s)
+			}
+		}
+	}
+	for i, s := range specs {
+		if s.unlimited && len(specs) > 1 {
+			b.errorf(s.node, path, "%s: an unlimited limit must be the only limit of a descriptor", s.ctx)
+			continue
+		}
+		for _, prev := range specs[:i] {
+			if !s.unlimited && !prev.unlimited && s.limit.Algorithm == prev.limit.Algorithm && s.limit.Period() == prev.limit.Period() {
+				b.errorf(s.node, path, "%s: same algorithm (%s) and window (%s) as %s, so both would count in one counter",
+					s.ctx, s.limit.Algorithm, s.limit.Period(), prev.ctx)
+				break
+			}
+		}
+	}
+	return specs
+}
+
+// limit decodes one rate_limit object; at is where to report what it
+// lacks. ok is false if it has errors.
+func (b *domainBuilder) limit(n, at *yaml.Node, path, ctx string) (limitSpec, bool) {
+	before := b.nerrs
+	fs := b.fields(n, path, ctx, limitFields)
+	if fs == nil {
+		return limitSpec{}, false
+	}
+	b.report(fs, path)
+	s := limitSpec{node: at, ctx: ctx}
+	name, _ := b.str(fs.get("name"), path, ctx+".name")
+	s.limit.Name = name
+	if name != "" {
+		b.names[name] = true
+	}
+	s.unlimited = b.boolean(fs.get("unlimited"), path, ctx+".unlimited")
+	if s.unlimited {
+		for _, other := range [...]string{"unit", "requests_per_unit", "algorithm", "burst", "unit_multiplier"} {
+			if f := fs.get(other); f != nil {
+				b.errorf(f.key, path, "%s: unlimited cannot be combined with %s", ctx, other)
+			}
+		}
+	} else {
+		b.counting(fs, at, path, ctx, &s.limit)
+		// The algorithms' own bounds, such as a token bucket's refill time,
+		// catch what the checks above let through.
+		if b.nerrs == before && !b.exhausted {
+			if err := s.limit.Algo().Validate(); err != nil {
+				b.errorf(at, path, "%s: %s", ctx, strings.ReplaceAll(err.Error(), "\n", "; "))
+			}
+		}
+	}
+	if f := fs.get("replaces"); f != nil {
+		s.replaces = b.replaces(f, path, ctx, name)
+	}
+	return s, b.nerrs == before && !b.exhausted
+}
+
+// counting decodes the counting fields of a limited rate_limit object.
+func (b *domainBuilder) counting(fs fields, n *yaml.Node, path, ctx string, l *Limit) {
+	unitOK := false
+	if f := fs.get("unit"); f == nil {
+		b.errorf(n, path, "%s: unit is required", ctx)
+	} else if s, ok := b.str(f, path, ctx+".unit"); ok {
+		if u, err := ParseUnit(s); err != nil {
+			b.errorf(f.val, path, "%s: %v", ctx, err)
+		} else {
+			l.Unit, unitOK = u, true
+		}
+	} else if f.val.Kind == yaml.ScalarNode {
+		b.errorf(f.val, path, "%s: unit is empty", ctx)
+	}
+	if f := fs.get("requests_per_unit"); f == nil {
+		b.errorf(n, path, "%s: requests_per_unit is required", ctx)
+	} else if v, ok := b.uint32Field(f, path, ctx+".requests_per_unit"); ok {
+		l.RequestsPerUnit = v
+	}
+
+	l.Algorithm = b.algorithm
+	source := b.algSource
+	if f := fs.get("algorithm"); f != nil {
+		if s, ok := b.str(f, path, ctx+".algorithm"); ok {
+			if k, err := algorithm.ParseKind(s); err != nil {
+				b.errorf(f.val, path, "%s: %v", ctx, err)
+			} else {
+				l.Algorithm, source = k, ""
+			}
+		}
+	}
+	if f := fs.get("burst"); f != nil {
+		if l.Algorithm != algorithm.TokenBucket {
+			from := ""
+			if source != "" {
+				from = " (the algorithm comes from " + source + ")"
+			}
+			b.errorf(f.key, path, "%s: burst applies only to token_bucket, not %s%s", ctx, l.Algorithm, from)
+		} else if v, ok := b.uint32Field(f, path, ctx+".burst"); ok {
+			l.Burst = v
+		}
+	} else if l.Algorithm == algorithm.TokenBucket && b.hasBurst {
+		l.Burst = b.burst
+	}
+
+	l.UnitMultiplier = 1
+	if f := fs.get("unit_multiplier"); f != nil {
+		if v, ok := b.uint32Field(f, path, ctx+".unit_multiplier"); ok {
+			switch {
+			case v == 0:
+				b.errorf(f.val, path, "%s: unit_multiplier must be at least 1", ctx)
+			case unitOK && time.Duration(v) > maxWindow/l.Unit.Duration():
+				b.errorf(f.val, path, "%s: a window of %d %ss is longer than the algorithms support (%.1f years)",
+					ctx, v, l.Unit, maxWindow.Hours()/24/365)
+			default:
+				l.UnitMultiplier = v
+			}
+		}
+	}
+	if l.Algorithm == algorithm.SlidingWindowLog && l.RequestsPerUnit > algorithm.MaxLogRequests {
+		b.errorf(fs.get("requests_per_unit").val, path,
+			"%s: sliding_window_log stores one entry per admitted hit, so requests_per_unit must be at most %d, got %d",
+			ctx, algorithm.MaxLogRequests, l.RequestsPerUnit)
+	}
+}
+
+// replaces decodes a replaces list: mappings of one field, name.
+func (b *domainBuilder) replaces(f *field, path, ctx, own string) []string {
+	if f.val.Kind == yaml.ScalarNode && f.val.ShortTag() == "!!null" {
+		return nil
+	}
+	if f.val.Kind != yaml.SequenceNode {
+		b.errorf(f.val, path, "%s.replaces: want a list, got %s", ctx, describe(f.val))
+		return nil
+	}
+	var names []string
+	for i, item := range f.val.Content {
+		where := fmt.Sprintf("%s.replaces[%d]", ctx, i)
+		fs := b.fields(item, path, where, replacesFields)
+		if fs == nil {
+			continue
+		}
+		b.report(fs, path)
+		nameF := fs.get("name")
+		name, _ := b.str(nameF, path, where+".name")
+		switch {
+		case nameF == nil:
+			b.errorf(b.resolve(item), path, "%s: name is required", where)
+		case name == "":
+			b.errorf(nameF.val, path, "%s: name is empty", where)
+		case name == own:
+			b.errorf(nameF.val, path, "%s: a limit cannot replace itself", where)
+		default:
+			names = append(names, name)
+			b.refs = append(b.refs, replaceRef{name: name, node: nameF.val, path: path, ctx: where})
+		}
+	}
+	return names
+}
+
+// metadata decodes a mapping of strings.
+func (b *domainBuilder) metadata(f *field, path string) map[string]string {
+	if f == nil || (f.val.Kind == yaml.ScalarNode && f.val.ShortTag() == "!!null") {
+		return nil
+	}
+	if f.val.Kind != yaml.MappingNode {
+		b.errorf(f.val, path, "metadata: want a mapping of strings, got %s", describe(f.val))
+		return nil
+	}
+	m := map[string]string{}
+	lines := map[string]int{}
+	for i := 0; i+1 < len(f.val.Content); i += 2 {
+		k, v := b.resolve(f.val.Content[i]), b.resolve(f.val.Content[i+1])
+		if k == nil || v == nil {
+			return nil
+		}
+		if k.Kind != yaml.ScalarNode {
+			b.errorf(k, path, "metadata: a key must be a plain string, got %s", describe(k))
+			continue
+		}
+		if first, dup := lines[k.Value]; dup {
+			b.errorf(k, path, "metadata: duplicate key %q (first at line %d)", k.Value, first)
+			continue
+		}
+		lines[k.Value] = k.Line
+		if v.Kind != yaml.ScalarNode {
+			b.errorf(v, path, "metadata.%s: want a string, got %s", k.Value, describe(v))
+			continue
+		}
+		m[k.Value] = v.Value
+	}
+	if len(m) == 0 {
+		return nil
+	}
+	return m
+}

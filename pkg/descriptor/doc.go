@@ -1,0 +1,97 @@
+// Package descriptor loads tollgate's rate-limit configuration and matches
+// request descriptors against it.
+//
+// # Format
+//
+// The YAML format of envoyproxy/ratelimit is read unchanged: one domain per
+// file, a list of descriptors with key, optional value and nested
+// descriptors, and on each descriptor rate_limit (unit, requests_per_unit,
+// unlimited, name, replaces), shadow_mode, quota_mode, detailed_metric,
+// value_to_metric, share_threshold and metadata. Units are second, minute,
+// hour, day, week, month (30 days) and year (365 days), in any case.
+//
+// tollgate adds, all optional:
+//
+//   - inside rate_limit: algorithm (token_bucket, fixed_window,
+//     sliding_window_counter, sliding_window_log), burst (token_bucket only)
+//     and unit_multiplier (a window of several units, such as 5 minutes);
+//   - on a descriptor: rate_limits, a list of rate_limit objects that must
+//     all pass; action (allow: admit without counting; deny: always
+//     OVER_LIMIT); failure_mode (open, closed or local);
+//   - on the domain: defaults (algorithm, failure_mode, burst) and shard_by,
+//     the entry key whose value forms the Redis hash tag.
+//
+// A limit's algorithm is its own, else the domain's defaults, else
+// Options.DefaultAlgorithm, else token_bucket. A rule's failure mode is its
+// own, else the domain's defaults, else open. A default burst applies to
+// token-bucket limits that set none.
+//
+// Decoding is strict. An unknown or duplicate field, a bad value or a
+// contradictory rule is an *Error naming the file, the line and the
+// descriptor path, and one bad file fails the whole load.
+//
+// # Matching
+//
+// Match walks the request's entries level by level, starting at the
+// domain's top-level descriptors. At each level, among the descriptors
+// whose key equals the entry's key, it takes:
+//
+//  1. the descriptor whose value equals the entry's value;
+//  2. else the first descriptor, in configuration order, whose wildcard
+//     value matches: "*" stands for any run of characters, including
+//     none, anywhere in the value ("sk_*", "*.internal", "v*-beta");
+//  3. else the descriptor with no value (the key's default).
+//
+// The next entry is matched among the children of the descriptor just
+// taken; a choice is never revisited. The rule is the rule of the
+// descriptor taken for the last entry. If an entry matches nothing, or the
+// request has more entries than the tree is deep, or the last descriptor
+// has no rate_limit, rate_limits or action, there is no rule: a parent's
+// rule never applies to a longer or shorter descriptor. Keys and values
+// are compared as separate strings, so key "a_b" with value "c" and key
+// "a" with value "b_c" are different descriptors.
+//
+// For example, with
+//
+//	descriptors:
+//	  - key: api_key
+//	    value: sk_test_*          # (1)
+//	    rate_limit: {unit: minute, requests_per_unit: 10}
+//	  - key: api_key
+//	    value: sk_*               # (2)
+//	    action: allow
+//	  - key: api_key
+//	    value: sk_test_vip        # (3)
+//	    rate_limit: {unit: minute, requests_per_unit: 1000}
+//	  - key: api_key              # (4)
+//	    rate_limit: {unit: minute, requests_per_unit: 100}
+//	    descriptors:
+//	      - key: endpoint
+//	        value: /search        # (5)
+//	        rate_limit: {unit: minute, requests_per_unit: 30}
+//
+// the descriptors resolve as follows:
+//
+//	[api_key=sk_test_vip]                   (3): exact beats every wildcard
+//	[api_key=sk_test_1]                     (1): the first matching wildcard
+//	[api_key=sk_live_1]                     (2): allowed, not counted
+//	[api_key=k1]                            (4): the key's default
+//	[api_key=k1, endpoint=/search]          (5)
+//	[api_key=k1, endpoint=/users]           none: no fallback to (4)
+//	[api_key=sk_test_1, endpoint=/search]   none: (1) has no children, and
+//	                                        matching does not go back to (4)
+//
+// With share_threshold: true on a wildcard descriptor, every value that
+// matches the pattern counts in one shared counter: Rule.Shared holds the
+// pattern at that level, and the limiter counts the pattern instead of the
+// request's value.
+//
+// Match does not allocate. Explain gives the same answer step by step.
+//
+// # Loading
+//
+// Load reads every *.yaml and *.yml file under a directory, recursively, in
+// sorted order, skipping names that start with "." (so a Kubernetes
+// ConfigMap mount is read once, through its top-level symlinks). A Tree is
+// immutable; a reload builds a new one and swaps it in.
+package descriptor

@@ -1,0 +1,166 @@
+package descriptor
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode"
+)
+
+// String returns the dump that WriteTo writes.
+func (t *Tree) String() string {
+	if t == nil {
+		return ""
+	}
+	var b strings.Builder
+	for i, name := range t.names {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		t.domains[name].write(&b)
+	}
+	return b.String()
+}
+
+// WriteTo writes a readable dump of t: every domain in name order, then
+// every descriptor in configuration order with its resolved rule and
+// limits, including the algorithm each limit resolved to. Strings that
+// could be misread are quoted, so the dump is also the canonical form that
+// Hash digests. A dump looks like this:
+//
+//	domain api
+//	  shard_by api_key
+//	  defaults algorithm=token_bucket failure_mode=open
+//	  api_key=sk_internal_*: allow, failure_mode=open
+//	  api_key: no rule
+//	  api_key/endpoint="/search": limit, failure_mode=closed
+//	    30 per minute, sliding_window_counter
+func (t *Tree) WriteTo(w io.Writer) (int64, error) {
+	n, err := io.WriteString(w, t.String())
+	return int64(n), err
+}
+
+func (d *Domain) write(b *strings.Builder) {
+	fmt.Fprintf(b, "domain %s\n", quote(d.name))
+	if d.shardBy != "" {
+		fmt.Fprintf(b, "  shard_by %s\n", quote(d.shardBy))
+	}
+	if df := d.defaults; df.algorithm != "" || df.failureMode != "" || df.hasBurst {
+		b.WriteString("  defaults")
+		if df.algorithm != "" {
+			b.WriteString(" algorithm=" + df.algorithm)
+		}
+		if df.failureMode != "" {
+			b.WriteString(" failure_mode=" + df.failureMode)
+		}
+		if df.hasBurst {
+			fmt.Fprintf(b, " burst=%d", df.burst)
+		}
+		b.WriteByte('\n')
+	}
+	for _, n := range d.nodes {
+		b.WriteString("  ")
+		b.WriteString(n.quotedPath)
+		if n.rule == nil {
+			b.WriteString(": no rule\n")
+			continue
+		}
+		b.WriteString(": ")
+		writeRule(b, n.rule, "    ")
+	}
+}
+
+// writeRule writes the attributes of r on the current line and its limits
+// on lines of their own, indented by indent.
+func writeRule(b *strings.Builder, r *Rule, indent string) {
+	switch {
+	case r.Action != ActionLimit:
+		b.WriteString(r.Action.String())
+	case r.Unlimited:
+		b.WriteString("unlimited")
+	default:
+		b.WriteString("limit")
+	}
+	b.WriteString(", failure_mode=" + r.FailureMode.String())
+	for _, f := range [...]struct {
+		on   bool
+		name string
+	}{
+		{r.ShadowMode, "shadow_mode"},
+		{r.QuotaMode, "quota_mode"},
+		{r.DetailedMetric, "detailed_metric"},
+		{r.ValueToMetric, "value_to_metric"},
+	} {
+		if f.on {
+			b.WriteString(", " + f.name)
+		}
+	}
+	for i, s := range r.Shared {
+		if s != "" {
+			fmt.Fprintf(b, ", shared[%d]=%s", i, quote(s))
+		}
+	}
+	if len(r.Replaces) > 0 {
+		b.WriteString(", replaces=")
+		for i, name := range r.Replaces {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(quote(name))
+		}
+	}
+	if len(r.Metadata) > 0 {
+		keys := make([]string, 0, len(r.Metadata))
+		for k := range r.Metadata {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		b.WriteString(", metadata{")
+		for i, k := range keys {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(quote(k) + "=" + quote(r.Metadata[k]))
+		}
+		b.WriteByte('}')
+	}
+	b.WriteByte('\n')
+	for _, l := range r.Limits {
+		b.WriteString(indent)
+		b.WriteString(l.String())
+		b.WriteByte('\n')
+	}
+}
+
+// String describes l readably, such as "5 per 5 minutes, token_bucket,
+// burst 10".
+func (l Limit) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d per ", l.RequestsPerUnit)
+	if m := max(l.UnitMultiplier, 1); m == 1 {
+		b.WriteString(l.Unit.String())
+	} else {
+		fmt.Fprintf(&b, "%d %ss", m, l.Unit)
+	}
+	b.WriteString(", " + l.Algorithm.String())
+	if l.Burst > 0 {
+		fmt.Fprintf(&b, ", burst %d", l.Burst)
+	}
+	if l.Name != "" {
+		b.WriteString(", name " + quote(l.Name))
+	}
+	return b.String()
+}
+
+// quote returns s as is when it is plain, else as a Go string literal.
+func quote(s string) string {
+	plain := s != "" && !strings.ContainsFunc(s, func(r rune) bool {
+		return !unicode.IsPrint(r) || unicode.IsSpace(r) || strings.ContainsRune(`"\/=:,{}[]`, r)
+	})
+	if plain {
+		return s
+	}
+	return strconv.Quote(s)
+}

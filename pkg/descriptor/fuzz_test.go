@@ -1,0 +1,75 @@
+package descriptor
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"testing/fstest"
+)
+
+// FuzzLoad loads arbitrary bytes as a configuration file. Loading must not
+// panic, must return either a tree or an error, and a loaded tree must
+// answer Match and Explain alike for descriptors made of the file's words.
+func FuzzLoad(f *testing.F) {
+	paths, _ := filepath.Glob("testdata/*.txt")
+	for _, path := range paths {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			f.Fatal(err)
+		}
+		for _, file := range parseGolden(string(raw)).files {
+			f.Add([]byte(file.data))
+		}
+	}
+	examples, _ := filepath.Glob(filepath.Join(examplesDir, "*.yaml"))
+	for _, path := range examples {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Add([]byte(matchConfig))
+	f.Add([]byte("domain: d\ndescriptors: &x [{key: a, descriptors: *x}]\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		tree, err := LoadFS(fstest.MapFS{"fuzz.yaml": {Data: data}}, Options{})
+		if (tree == nil) == (err == nil) {
+			t.Fatalf("LoadFS returned tree %v and error %v", tree != nil, err)
+		}
+		if err != nil {
+			return
+		}
+		_ = tree.String()
+		words := strings.FieldsFunc(string(data), func(r rune) bool {
+			return strings.ContainsRune(" \n\t:-{}[],\"'", r)
+		})
+		if len(words) > 16 {
+			words = words[:16]
+		}
+		for _, name := range tree.Domains() {
+			d := tree.Domain(name)
+			for n := 1; n <= 3 && n <= len(words); n++ {
+				var es []Entry
+				for i := range n {
+					es = append(es, Entry{Key: words[i], Value: words[len(words)-1-i]})
+				}
+				r := d.Match(es)
+				x := d.Explain(es)
+				if x.Rule != r {
+					t.Fatalf("Explain(%v).Rule = %v, Match = %v", es, x.Rule, r)
+				}
+				_ = x.String()
+			}
+			for _, n := range d.nodes {
+				es := make([]Entry, n.depth)
+				for m := n; m != nil; m = m.parent {
+					es[m.depth-1] = Entry{Key: m.key, Value: m.value}
+				}
+				if r := d.Match(es); r != nil && n.rule != nil && !n.wildcard && r != n.rule {
+					t.Fatalf("Match(%v) = %s, want the node's own rule %s", es, r.Path, n.rule.Path)
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,229 @@
+package descriptor
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"testing/fstest"
+
+	"github.com/tollgatehq/tollgate/pkg/algorithm"
+)
+
+func writeFile(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func symlink(t *testing.T, target, link string) {
+	t.Helper()
+	if err := os.Symlink(target, link); err != nil {
+		t.Skipf("symlinks unavailable: %v", err)
+	}
+}
+
+// TestLoadConfigMapLayout loads a directory laid out as Kubernetes mounts
+// a ConfigMap: the files live in a timestamped directory, "..data" links
+// to it, and the top-level names link through "..data".
+func TestLoadConfigMapLayout(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "..2026_01_02_03_04_05.123", "api.yaml"),
+		"domain: api\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+	writeFile(t, filepath.Join(dir, "..2026_01_02_03_04_05.123", "web.yml"), "domain: web\n")
+	symlink(t, "..2026_01_02_03_04_05.123", filepath.Join(dir, "..data"))
+	symlink(t, "..data/api.yaml", filepath.Join(dir, "api.yaml"))
+	symlink(t, "..data/web.yml", filepath.Join(dir, "web.yml"))
+
+	tree, err := Load(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := tree.Domains(), []string{"api", "web"}; !slices.Equal(got, want) {
+		t.Fatalf("Domains() = %v, want %v", got, want)
+	}
+	if r := tree.Domain("api").Match(entries("k=v")); r == nil {
+		t.Error("api has no rule for k")
+	}
+	if got, want := tree.Domain("api").File(), filepath.Join(dir, "api.yaml"); got != want {
+		t.Errorf("File() = %q, want %q", got, want)
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "good.yaml"), "domain: good\n")
+	writeFile(t, filepath.Join(dir, "sub", "bad.yaml"), "domain: bad\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
+	symlink(t, "missing.yaml", filepath.Join(dir, "dangling.yaml"))
+
+	tree, err := Load(dir, Options{})
+	if tree != nil {
+		t.Error("a broken directory returned a tree")
+	}
+	if err == nil {
+		t.Fatal("no error")
+	}
+	var cfgErr *Error
+	if !errors.As(err, &cfgErr) {
+		t.Fatalf("error %v holds no *Error", err)
+	}
+	lines := strings.Split(err.Error(), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("got %d errors, want 2:\n%v", len(lines), err)
+	}
+	if !strings.HasPrefix(lines[0], filepath.Join(dir, "dangling.yaml")+": ") {
+		t.Errorf("first error %q does not name the dangling symlink", lines[0])
+	}
+	if want := filepath.Join(dir, "sub", "bad.yaml") + `:4: a: rate_limit: unknown unit "fortnight"`; !strings.HasPrefix(lines[1], want) {
+		t.Errorf("second error %q, want prefix %q", lines[1], want)
+	}
+}
+
+func TestLoadMissingDirectory(t *testing.T) {
+	if _, err := Load(filepath.Join(t.TempDir(), "nope"), Options{}); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Load(missing) = %v, want ErrNotExist", err)
+	}
+}
+
+func TestLoadDefaultAlgorithm(t *testing.T) {
+	fsys := fstest.MapFS{
+		"a.yaml": {Data: []byte("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")},
+		"b.yaml": {Data: []byte("domain: b\ndefaults: {algorithm: fixed_window}\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")},
+	}
+	tests := []struct {
+		opt    algorithm.Kind
+		wantA  algorithm.Kind
+		wantB  algorithm.Kind
+		errors bool
+	}{
+		{0, algorithm.TokenBucket, algorithm.FixedWindow, false},
+		{algorithm.SlidingWindowLog, algorithm.SlidingWindowLog, algorithm.FixedWindow, false},
+		{algorithm.Kind(99), 0, 0, true},
+	}
+	for _, tt := range tests {
+		tree, err := LoadFS(fsys, Options{DefaultAlgorithm: tt.opt})
+		if tt.errors {
+			if err == nil {
+				t.Errorf("DefaultAlgorithm %v: no error", tt.opt)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := tree.Domain("a").Match(entries("k=1")).Limits[0].Algorithm
+		b := tree.Domain("b").Match(entries("k=1")).Limits[0].Algorithm
+		if a != tt.wantA || b != tt.wantB {
+			t.Errorf("DefaultAlgorithm %v: a=%v b=%v, want %v %v", tt.opt, a, b, tt.wantA, tt.wantB)
+		}
+	}
+}
+
+func TestHash(t *testing.T) {
+	base := "domain: h\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"
+	hash := func(files map[string]string, opts Options) string {
+		fsys := fstest.MapFS{}
+		for name, data := range files {
+			fsys[name] = &fstest.MapFile{Data: []byte(data)}
+		}
+		tree, err := LoadFS(fsys, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tree.Hash()
+	}
+	h := hash(map[string]string{"a.yaml": base}, Options{})
+	if len(h) != 64 {
+		t.Fatalf("Hash() = %q, want 64 hex digits", h)
+	}
+	same := []map[string]string{
+		{"renamed.yml": base},
+		{"a.yaml": "# a comment\n" + strings.ReplaceAll(base, "{unit: second, requests_per_unit: 1}", "\n      unit: SECOND\n      requests_per_unit: 1")},
+	}
+	for _, files := range same {
+		if got := hash(files, Options{}); got != h {
+			t.Errorf("hash of %v differs", files)
+		}
+	}
+	different := []struct {
+		files map[string]string
+		opts  Options
+	}{
+		{map[string]string{"a.yaml": strings.Replace(base, "requests_per_unit: 1", "requests_per_unit: 2", 1)}, Options{}},
+		{map[string]string{"a.yaml": base, "b.yaml": "domain: other\n"}, Options{}},
+		{map[string]string{"a.yaml": base + "  - key: k\n    value: v\n"}, Options{}},
+		{map[string]string{"a.yaml": base}, Options{DefaultAlgorithm: algorithm.FixedWindow}},
+	}
+	for _, tt := range different {
+		if got := hash(tt.files, tt.opts); got == h {
+			t.Errorf("hash of %v %+v equals the base hash", tt.files, tt.opts)
+		}
+	}
+}
+
+func TestErrorFormat(t *testing.T) {
+	tests := []struct {
+		err  Error
+		want string
+	}{
+		{Error{File: "a.yaml", Line: 3, Path: "k=v", Msg: "bad"}, "a.yaml:3: k=v: bad"},
+		{Error{File: "a.yaml", Line: 3, Msg: "bad"}, "a.yaml:3: bad"},
+		{Error{File: "a.yaml", Msg: "bad"}, "a.yaml: bad"},
+	}
+	for _, tt := range tests {
+		if got := tt.err.Error(); got != tt.want {
+			t.Errorf("Error() = %q, want %q", got, tt.want)
+		}
+	}
+}
+
+func TestWriteTo(t *testing.T) {
+	tree := loadOne(t, matchConfig)
+	var b strings.Builder
+	n, err := tree.WriteTo(&b)
+	if err != nil || int(n) != b.Len() || b.String() != tree.String() {
+		t.Errorf("WriteTo = %d, %v; wrote %d bytes", n, err, b.Len())
+	}
+	if !strings.Contains(b.String(), `  a_b=c: limit`) || !strings.Contains(b.String(), `  a=b_c: limit`) {
+		t.Errorf("dump lacks the colliding keys:\n%s", b.String())
+	}
+}
+
+func TestAliasBomb(t *testing.T) {
+	// Every level holds ten descriptors that each nest the level before:
+	// 10^7 descriptors once aliases are expanded.
+	var b strings.Builder
+	b.WriteString("domain: bomb\nx: &l0 [{key: leaf}]\n")
+	for i := 1; i <= 7; i++ {
+		fmt.Fprintf(&b, "x%d: &l%d [", i, i)
+		for j := range 10 {
+			fmt.Fprintf(&b, "{key: k%d, descriptors: *l%d}, ", j, i-1)
+		}
+		b.WriteString("]\n")
+	}
+	b.WriteString("descriptors: *l7\n")
+	_, err := LoadFS(fstest.MapFS{"b.yaml": {Data: []byte(b.String())}}, Options{})
+	if err == nil || !strings.Contains(err.Error(), "YAML nodes") {
+		t.Fatalf("alias bomb: %v", err)
+	}
+}
+
+func TestTooManyErrors(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("domain: many\ndescriptors:\n")
+	for range 500 {
+		b.WriteString("  - {}\n")
+	}
+	_, err := LoadFS(fstest.MapFS{"m.yaml": {Data: []byte(b.String())}}, Options{})
+	lines := strings.Split(err.Error(), "\n")
+	if len(lines) != maxErrors+1 || !strings.HasSuffix(lines[maxErrors], "too many errors; stopping") {
+		t.Errorf("got %d errors, last %q", len(lines), lines[len(lines)-1])
+	}
+}

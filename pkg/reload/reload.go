@@ -1,0 +1,301 @@
+// Package reload keeps the live descriptor tree in step with its
+// configuration directory.
+//
+// A Reloader loads the tree once when it is created and refuses to start on
+// a broken configuration. Its Run method then watches the directory and
+// applies reloads in one coordinator goroutine, in order, whatever asked for
+// them: a file-system event, a SIGHUP the application forwards to Trigger,
+// or an admin call to Reload. Every reload builds and validates a complete
+// new tree off to the side and swaps it in with one atomic store; a broken
+// edit is logged and counted and the previous tree stays live.
+//
+// The watcher follows directories, not files, because editors save by
+// writing a temporary file and renaming it over the original, and
+// Kubernetes updates a mounted ConfigMap by swapping a "..data" symlink.
+// Events on *.yaml and *.yml files, on "..data" and on subdirectories start
+// a debounced reload. Names beginning with "." are otherwise ignored, as
+// descriptor.Load ignores them.
+package reload
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/tollgatehq/tollgate/pkg/descriptor"
+)
+
+// DefaultDebounce is the quiet period used when Options.Debounce is zero.
+const DefaultDebounce = 100 * time.Millisecond
+
+// maxDelayFactor bounds how long a stream of events can postpone a reload:
+// at most maxDelayFactor debounce periods after the first event of a burst.
+const maxDelayFactor = 4
+
+// ErrNotRunning reports that Reload was called after Run returned.
+var ErrNotRunning = errors.New("reload: Run is not running")
+
+// Options configures a Reloader. Only Dir is required.
+type Options struct {
+	// Dir is the configuration directory.
+	Dir string
+	// Load builds a tree from Dir. Nil means descriptor.Load with zero
+	// descriptor.Options.
+	Load func(dir string) (*descriptor.Tree, error)
+	// Debounce is how long the directory must stay quiet after an event
+	// before a reload starts. A steady stream of events delays a reload by
+	// at most four times Debounce. Zero means DefaultDebounce.
+	Debounce time.Duration
+	// Logger receives reload outcomes. Nil discards them.
+	Logger *slog.Logger
+	// MeterProvider creates the reload metrics. Nil disables them.
+	MeterProvider metric.MeterProvider
+	// Now returns the time recorded for a successful reload. Nil means
+	// time.Now. Debouncing always uses the monotonic clock.
+	Now func() time.Time
+}
+
+// Status describes the outcome of the reloads so far.
+type Status struct {
+	// LastSuccess is when a load last succeeded, including the initial one.
+	LastSuccess time.Time
+	// Hash identifies the live tree.
+	Hash string
+	// LastError is the error of the latest reload, or nil when it succeeded.
+	LastError error
+	// Reloads counts successful loads, the initial one included, whether
+	// or not they changed the tree.
+	Reloads uint64
+	// Failures counts failed reloads.
+	Failures uint64
+}
+
+// Reloader owns the live descriptor tree and the reloads that replace it.
+// Its methods are safe for concurrent use.
+type Reloader struct {
+	dir      string
+	load     func(dir string) (*descriptor.Tree, error)
+	debounce time.Duration
+	log      *slog.Logger
+	now      func() time.Time
+	metrics  *metrics
+
+	current atomic.Pointer[descriptor.Tree]
+
+	// trigger holds at most one pending Trigger, so calls coalesce.
+	trigger chan struct{}
+	// requests carries Reload calls to the coordinator; each brings a
+	// channel with room for its answer.
+	requests chan chan error
+	// started is set by the first Run; stopped is closed when it returns.
+	started atomic.Bool
+	stopped chan struct{}
+
+	mu     sync.Mutex
+	status Status
+	// lastFailure is the text of the latest failure, so that a failure
+	// repeating itself is not logged in full again.
+	lastFailure string
+}
+
+// New loads the tree in opts.Dir and returns a Reloader serving it. It fails
+// when that first load fails, so a service never starts on a broken
+// configuration. Watching starts with Run.
+func New(opts Options) (*Reloader, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("reload: Options.Dir is empty")
+	}
+	r := &Reloader{
+		dir:      opts.Dir,
+		load:     opts.Load,
+		debounce: opts.Debounce,
+		log:      opts.Logger,
+		now:      opts.Now,
+		trigger:  make(chan struct{}, 1),
+		requests: make(chan chan error),
+		stopped:  make(chan struct{}),
+	}
+	if r.load == nil {
+		r.load = func(dir string) (*descriptor.Tree, error) {
+			return descriptor.Load(dir, descriptor.Options{})
+		}
+	}
+	if r.debounce <= 0 {
+		r.debounce = DefaultDebounce
+	}
+	if r.log == nil {
+		r.log = slog.New(slog.DiscardHandler)
+	}
+	r.log = r.log.With(slog.String("component", "reload"), slog.String("dir", r.dir))
+	if r.now == nil {
+		r.now = time.Now
+	}
+	mp := opts.MeterProvider
+	if mp == nil {
+		mp = noop.NewMeterProvider()
+	}
+	m, err := newMetrics(mp, r)
+	if err != nil {
+		return nil, fmt.Errorf("reload: creating metrics: %w", err)
+	}
+	r.metrics = m
+
+	if err := r.apply("initial"); err != nil {
+		// Nothing will serve the gauges; the counter keeps the failure.
+		_ = m.observer.Unregister()
+		return nil, err
+	}
+	return r, nil
+}
+
+// Current returns the live tree. Callers load it once per request and use
+// that snapshot throughout; it is never modified.
+func (r *Reloader) Current() *descriptor.Tree {
+	return r.current.Load()
+}
+
+// Status returns the outcome of the reloads so far.
+func (r *Reloader) Status() Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.status
+}
+
+// Trigger asks for a reload without waiting for it, as a forwarded SIGHUP
+// does. The reload skips the debounce period. Calls made while one is
+// pending coalesce into it. A Trigger made before Run is applied when Run
+// starts.
+func (r *Reloader) Trigger() {
+	select {
+	case r.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// Reload performs a reload through the coordinator and returns its error,
+// nil when the configuration loaded (changed or not). A call made before
+// Run starts waits for it. Reload returns ErrNotRunning once Run has
+// returned, and ctx.Err() if ctx ends first, in which case the reload may
+// still happen.
+func (r *Reloader) Reload(ctx context.Context) error {
+	answer := make(chan error, 1)
+	select {
+	case r.requests <- answer:
+	case <-r.stopped:
+		return ErrNotRunning
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-answer:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// apply loads the configuration and, when it loaded, swaps the new tree in.
+// Only New and the coordinator call it, one at a time.
+func (r *Reloader) apply(reason string) error {
+	start := time.Now()
+	tree, err := r.safeLoad()
+	elapsed := time.Since(start)
+	if err == nil && tree == nil {
+		err = errors.New("loader returned no tree and no error")
+	}
+	if err != nil {
+		wrapped := fmt.Errorf("loading descriptors from %s: %w", r.dir, err)
+		r.recordFailure(reason, wrapped, err)
+		return wrapped
+	}
+
+	hash := tree.Hash()
+	old := r.current.Load()
+	changed := old == nil || old.Hash() != hash
+	if changed {
+		r.current.Store(tree)
+	}
+
+	r.mu.Lock()
+	prevHash := r.status.Hash
+	recovered := r.status.LastError != nil
+	r.status.LastSuccess = r.now()
+	r.status.Hash = r.current.Load().Hash()
+	r.status.LastError = nil
+	r.status.Reloads++
+	r.lastFailure = ""
+	r.mu.Unlock()
+	r.metrics.success()
+
+	switch {
+	case old == nil:
+		r.log.Info("descriptor configuration loaded",
+			slog.String("hash", hash), slog.Duration("took", elapsed))
+	case changed:
+		r.log.Info("descriptor configuration reloaded",
+			slog.String("reason", reason), slog.String("hash", hash),
+			slog.String("previous_hash", prevHash), slog.Duration("took", elapsed))
+	case recovered:
+		r.log.Info("descriptor configuration loads again; live tree unchanged",
+			slog.String("reason", reason), slog.String("hash", hash), slog.Duration("took", elapsed))
+	default:
+		r.log.Debug("descriptor configuration unchanged",
+			slog.String("reason", reason), slog.String("hash", hash), slog.Duration("took", elapsed))
+	}
+	return nil
+}
+
+// safeLoad runs the loader, turning a panic into an error so that a bad
+// edit can never take the service down.
+func (r *Reloader) safeLoad() (tree *descriptor.Tree, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			tree, err = nil, fmt.Errorf("loader panicked: %v", p)
+		}
+	}()
+	return r.load(r.dir)
+}
+
+// recordFailure records err, a failed load caused by the loader's error
+// cause, counts it and logs cause's errors. A failure identical to the
+// previous one is logged in one short line rather than in full again.
+func (r *Reloader) recordFailure(reason string, err, cause error) {
+	text := err.Error()
+	r.mu.Lock()
+	r.status.LastError = err
+	r.status.Failures++
+	repeated := text == r.lastFailure
+	r.lastFailure = text
+	live := r.status.Hash
+	r.mu.Unlock()
+	r.metrics.failure()
+
+	if r.current.Load() == nil {
+		// The initial load: New returns the error to the caller.
+		return
+	}
+	if repeated {
+		r.log.Warn("descriptor configuration still broken; previous tree stays live",
+			slog.String("reason", reason), slog.String("live_hash", live))
+		return
+	}
+	msgs := errorLines(cause)
+	r.log.Error("descriptor configuration rejected; previous tree stays live",
+		slog.String("reason", reason), slog.String("live_hash", live),
+		slog.Int("error_count", len(msgs)), slog.Any("errors", msgs))
+}
+
+// errorLines splits err into its lines: errors.Join separates the errors
+// it joins with newlines, and a descriptor error is one line naming its
+// file, line and path.
+func errorLines(err error) []string {
+	return strings.Split(err.Error(), "\n")
+}

@@ -1,0 +1,51 @@
+// Package store defines how the limiter hands a batch of hits to a counting
+// backend. Backends live in sub-packages: memory (the default), redis and
+// cached.
+package store
+
+import (
+	"context"
+	"errors"
+
+	"github.com/tollgatehq/tollgate/pkg/algorithm"
+)
+
+// Entry is one key/value pair of a descriptor as it is counted.
+type Entry struct {
+	Key   string
+	Value string
+}
+
+// Hit asks a store to count Cost against one limit of one descriptor.
+//
+// A counter is identified by Domain, Entries, Limit.Kind and Limit.Period:
+// changing Requests or Burst keeps the count.
+type Hit struct {
+	Domain  string
+	Entries []Entry
+	// Shard is the value that groups keys: Redis uses it as the hash tag, so
+	// every hit with the same Shard lands in one slot and one script call.
+	Shard string
+	Limit algorithm.Limit
+	// Cost is the number of hits: 0 checks without consuming, a negative
+	// cost refunds.
+	Cost int64
+	// Soft marks a hit that never blocks the others of its batch (shadow
+	// and quota-mode rules). A rejected soft hit still consumes nothing.
+	Soft bool
+}
+
+// Store applies batches of hits.
+//
+// Apply decides every hit and fills verdicts[i] for hits[i]. The batch is
+// all-or-nothing: when any hit that is not Soft is rejected, no hit of the
+// batch consumes anything; otherwise every admitted hit is charged. A
+// rejected hit never consumes. len(verdicts) must equal len(hits).
+type Store interface {
+	Apply(ctx context.Context, hits []Hit, verdicts []algorithm.Verdict) error
+}
+
+// ErrUnavailable reports that a store could not decide, such as a Redis
+// outage or an open circuit breaker. Stores wrap it so callers can apply a
+// rule's failure mode with errors.Is.
+var ErrUnavailable = errors.New("store unavailable")
