@@ -25,8 +25,10 @@ type State struct {
 // Apply decides a hit of the given cost against one counter at time now (µs
 // since the epoch) and returns the counter's new state and the verdict.
 // Apply is a pure function: stores keep the state, and the Redis store's Lua
-// scripts reproduce it bit for bit (see "Arithmetic" in the package notes
-// below).
+// scripts reproduce it bit for bit (see Arithmetic below). What Remaining,
+// ResetAfter and RetryAfter mean for each algorithm is documented on its
+// implementation: applyTokenBucket, applyFixedWindow,
+// applySlidingWindowCounter and applySlidingWindowLog.
 //
 // Rules shared by every algorithm:
 //
@@ -47,9 +49,9 @@ type State struct {
 //     change).
 //
 // A Limit with an unknown Kind, a Period of 0 or less, or a negative
-// Requests rejects every hit with a zero Verdict. Limits that pass Validate
-// get the exact semantics documented per algorithm; others may see rounding
-// but never a panic.
+// Requests rejects every hit with a zero Verdict. Other limits that fail
+// Validate may leave the range Lua represents exactly, but never make
+// Apply panic.
 //
 // Arithmetic: all times, counts and costs are integers below 2^53, so Lua's
 // doubles hold them exactly. The only non-integer steps are ⌈a·b/c⌉ and

@@ -1,0 +1,284 @@
+// Package memory is tollgate's embedded store: counters in process memory,
+// sharded for concurrency and bounded in size. It is the default store, and
+// the fallback of rules whose failure mode is "local".
+//
+// A counter is found by a 64-bit hash of its identity (Domain, Entries,
+// Limit.Kind and Limit.Period), so the hot path builds no key strings and a
+// token-bucket counter costs one 16-byte slot of an open-addressing table:
+// the hash and the bucket's theoretical arrival time.
+//
+// Two different identities share a counter only if their hashes collide.
+// The hash is hash/maphash over a length-prefixed encoding (so no two
+// identities encode alike) with a seed drawn at random per Store. With n
+// live counters the chance that any two collide is about n²/2^65: 3·10^-8
+// for a million. Because the seed is secret and differs per process, a
+// client cannot search offline for descriptor values that collide with
+// another client's counter, the same defence the Go runtime's maps use
+// against hash flooding.
+//
+// Counters that are back to full capacity (past algorithm.Limit.Expiry) are
+// dropped without a background goroutine: a counter that becomes full is
+// deleted at once, and Applies examine a couple of counters of each shard
+// they touch, on average, deleting expired ones; token buckets are swept in
+// slot order, so every one is examined within a bounded number of Applies
+// on its shard. When a shard holds its share of MaxKeys, adding a counter
+// first evicts expired counters among a sample, else the sampled counter
+// that would expire soonest, so a flood of unique descriptors cannot
+// exhaust memory. Evicting a live counter forgets its hits, which admits
+// more than the limit for that counter.
+package memory
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"hash/maphash"
+	"math/bits"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/tollgatehq/tollgate/pkg/algorithm"
+	"github.com/tollgatehq/tollgate/pkg/store"
+)
+
+// Options configures a Store. The zero value works.
+type Options struct {
+	// Shards is the number of independently locked partitions, rounded up
+	// to a power of two, and lowered so no shard holds less than one key
+	// of MaxKeys. 0 means 256.
+	Shards int
+	// MaxKeys bounds the number of counters held; 0 means 1 000 000. Each
+	// shard holds at most MaxKeys/Shards, so eviction starts a little
+	// before MaxKeys as counters never spread perfectly evenly (within
+	// about 1% at the defaults).
+	MaxKeys int
+	// Now is the clock, read once per batch; nil means time.Now.
+	Now func() time.Time
+}
+
+const (
+	defaultShards  = 256
+	maxShards      = 1 << 16
+	defaultMaxKeys = 1_000_000
+
+	// Every sweepEvery-th Apply on a shard examines sweepSlots slots of the
+	// bucket table or sweepSample entries of a map, for the algorithm of
+	// its first hit: one to two counters per Apply, in bursts because
+	// starting a map iteration costs more than a few steps of it. Every
+	// sweepOthersEvery-th Apply examines all three.
+	sweepEvery       = 8
+	sweepOthersEvery = 64
+	sweepSlots       = 16
+	sweepSample      = 16
+	// evictSample is how many counters an eviction compares.
+	evictSample = 8
+	// inlineHits is the batch size handled without allocating.
+	inlineHits = 8
+	// keyBuffer is the longest identity encoding hashed without allocating.
+	keyBuffer = 512
+)
+
+// Store is an in-process store.Store. It is safe for concurrent use.
+type Store struct {
+	seed     maphash.Seed
+	now      func() time.Time
+	shift    uint // a key's shard is key >> shift
+	perShard int
+	shards   []shard
+}
+
+var _ store.Store = (*Store)(nil)
+
+// New returns an empty Store.
+func New(opts Options) *Store {
+	maxKeys := opts.MaxKeys
+	if maxKeys <= 0 {
+		maxKeys = defaultMaxKeys
+	}
+	n := opts.Shards
+	if n <= 0 {
+		n = defaultShards
+	}
+	n = min(n, maxShards)
+	n = 1 << bits.Len(uint(n-1)) // round up to a power of two
+	for n > 1 && n > maxKeys {
+		n /= 2
+	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	s := &Store{
+		seed:     maphash.MakeSeed(),
+		now:      now,
+		shift:    uint(64 - bits.TrailingZeros(uint(n))),
+		perShard: maxKeys / n,
+		shards:   make([]shard, n),
+	}
+	for i := range s.shards {
+		s.shards[i].rng = rand.Uint64() | 1
+	}
+	return s
+}
+
+// Len returns the number of counters held, expired ones not yet swept
+// included.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += sh.len()
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Apply implements store.Store. It never blocks on anything but its own
+// locks, so ctx is not consulted. A batch is decided under the locks of all
+// the shards it touches, taken in ascending order, and is charged all or
+// nothing as store.Store requires; within a batch each hit sees the counter
+// as the earlier hits left it. When a hit that is not Soft is rejected,
+// the admitted hits of its batch report the Remaining and ResetAfter of
+// their unchanged counters, as package algorithmtest specifies.
+func (s *Store) Apply(_ context.Context, hits []store.Hit, verdicts []algorithm.Verdict) error {
+	if len(verdicts) != len(hits) {
+		return fmt.Errorf("memory store: %d verdicts for %d hits", len(verdicts), len(hits))
+	}
+	switch len(hits) {
+	case 0:
+		return nil
+	case 1:
+		s.applyOne(&hits[0], &verdicts[0])
+	default:
+		s.applyBatch(hits, verdicts)
+	}
+	return nil
+}
+
+// applyOne is Apply for a batch of one hit, the common case.
+func (s *Store) applyOne(h *store.Hit, v *algorithm.Verdict) {
+	key := s.key(h)
+	sh := &s.shards[key>>s.shift]
+	now := algorithm.Micros(s.now())
+	sh.mu.Lock()
+	state, found := sh.load(h.Limit.Kind, key)
+	next, verdict := algorithm.Apply(h.Limit, state, now, h.Cost)
+	if verdict.Allowed && h.Cost != 0 {
+		sh.save(h.Limit, key, next, found, now, s.perShard)
+	}
+	sh.sweep(h.Limit.Kind, now)
+	sh.mu.Unlock()
+	*v = verdict
+}
+
+// pending is a hit of a batch being decided.
+type pending struct {
+	key   uint64
+	shard uint32
+	// prev is the index of the batch's previous hit on the same counter,
+	// or -1.
+	prev int32
+	// state is the counter after this hit: the hit's new state if it was
+	// admitted, else the state it saw.
+	state algorithm.State
+}
+
+// applyBatch is Apply for a batch of several hits: it locks every shard
+// involved, decides all hits, then commits all of them or none.
+func (s *Store) applyBatch(hits []store.Hit, verdicts []algorithm.Verdict) {
+	var inline [inlineHits]pending
+	var inlineShards [inlineHits]uint32
+	ps, locked := inline[:0], inlineShards[:0]
+	if len(hits) > inlineHits {
+		ps = make([]pending, 0, len(hits))
+		locked = make([]uint32, 0, len(hits))
+	}
+	for i := range hits {
+		key := s.key(&hits[i])
+		p := pending{key: key, shard: uint32(key >> s.shift), prev: -1}
+		for j := i - 1; j >= 0; j-- {
+			if ps[j].key == key {
+				p.prev = int32(j)
+				break
+			}
+		}
+		ps = append(ps, p)
+		if at, found := slices.BinarySearch(locked, p.shard); !found {
+			locked = slices.Insert(locked, at, p.shard)
+		}
+	}
+
+	now := algorithm.Micros(s.now())
+	for _, i := range locked {
+		s.shards[i].mu.Lock()
+	}
+	rejected := false
+	for i := range hits {
+		h, p := &hits[i], &ps[i]
+		var state algorithm.State
+		if p.prev >= 0 {
+			state = ps[p.prev].state
+		} else {
+			state, _ = s.shards[p.shard].load(h.Limit.Kind, p.key)
+		}
+		next, v := algorithm.Apply(h.Limit, state, now, h.Cost)
+		verdicts[i] = v
+		p.state = state
+		if v.Allowed {
+			p.state = next
+		} else if !h.Soft {
+			rejected = true
+		}
+	}
+	for i := range hits {
+		h, p := &hits[i], &ps[i]
+		sh := &s.shards[p.shard]
+		switch {
+		case !verdicts[i].Allowed:
+		case rejected:
+			// Nothing is charged: report the counter as it stays.
+			state, _ := sh.load(h.Limit.Kind, p.key)
+			_, v := algorithm.Apply(h.Limit, state, now, 0)
+			verdicts[i] = algorithm.Verdict{Allowed: true, Limit: v.Limit, Remaining: v.Remaining, ResetAfter: v.ResetAfter}
+		case h.Cost != 0:
+			_, found := sh.load(h.Limit.Kind, p.key)
+			sh.save(h.Limit, p.key, p.state, found, now, s.perShard)
+		}
+	}
+	for _, i := range locked {
+		sh := &s.shards[i]
+		for j := range ps {
+			if ps[j].shard == i {
+				sh.sweep(hits[j].Limit.Kind, now)
+				break
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// key hashes a hit's counter identity: Domain, Entries, Limit.Kind and
+// Limit.Period in an encoding where every string is prefixed by its length,
+// so no two identities share an encoding. Identities up to keyBuffer bytes
+// are encoded on the stack.
+func (s *Store) key(h *store.Hit) uint64 {
+	var buf [keyBuffer]byte
+	b := binary.AppendUvarint(buf[:0], uint64(len(h.Domain)))
+	b = append(b, h.Domain...)
+	b = binary.AppendUvarint(b, uint64(len(h.Entries)))
+	for i := range h.Entries {
+		e := &h.Entries[i]
+		b = binary.AppendUvarint(b, uint64(len(e.Key)))
+		b = append(b, e.Key...)
+		b = binary.AppendUvarint(b, uint64(len(e.Value)))
+		b = append(b, e.Value...)
+	}
+	b = append(b, byte(h.Limit.Kind))
+	b = binary.LittleEndian.AppendUint64(b, uint64(h.Limit.Period))
+	if k := maphash.Bytes(s.seed, b); k != 0 {
+		return k
+	}
+	return 1 // 0 marks an empty slot of a bucketTable
+}

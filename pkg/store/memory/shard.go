@@ -1,0 +1,186 @@
+package memory
+
+import (
+	"sync"
+
+	"github.com/tollgatehq/tollgate/pkg/algorithm"
+)
+
+// shard is one independently locked partition of the counters. Token
+// buckets, by far the most common counters, live in a bucketTable at 16
+// bytes a slot; the window algorithms, whose state is larger, in maps.
+type shard struct {
+	mu      sync.Mutex
+	buckets bucketTable
+	windows map[uint64]windowState // fixed window, sliding-window counter
+	logs    map[uint64]logState    // sliding-window log
+	applies uint32                 // Applies that touched the shard
+	rng     uint64                 // xorshift state for eviction samples
+	_       [64]byte               // keeps neighbouring shards' locks off one cache line
+}
+
+// windowState is the state of a fixed window or sliding-window counter.
+type windowState struct {
+	expiry         int64
+	start, cur, pv int64
+}
+
+// logState is the state of a sliding-window log.
+type logState struct {
+	expiry int64
+	times  []int64
+}
+
+func (sh *shard) len() int { return sh.buckets.n + len(sh.windows) + len(sh.logs) }
+
+// load returns the stored state of a counter and whether it is stored.
+func (sh *shard) load(kind algorithm.Kind, key uint64) (algorithm.State, bool) {
+	switch kind {
+	case algorithm.TokenBucket:
+		tat, ok := sh.buckets.get(key)
+		return algorithm.State{T: tat}, ok
+	case algorithm.FixedWindow, algorithm.SlidingWindowCounter:
+		w, ok := sh.windows[key]
+		return algorithm.State{T: w.start, Cur: w.cur, Prev: w.pv}, ok
+	case algorithm.SlidingWindowLog:
+		l, ok := sh.logs[key]
+		return algorithm.State{Log: l.times}, ok
+	}
+	return algorithm.State{}, false
+}
+
+// save stores a counter's new state, or deletes the counter if the state
+// is already equivalent to a fresh one. Adding a counter to a full shard
+// evicts first.
+func (sh *shard) save(l algorithm.Limit, key uint64, s algorithm.State, found bool, now int64, limit int) {
+	expiry := l.Expiry(s)
+	if expiry <= now {
+		if found {
+			sh.delete(l.Kind, key)
+		}
+		return
+	}
+	if !found {
+		for sh.len() >= limit && sh.len() > 0 {
+			sh.evict(now)
+		}
+	}
+	switch l.Kind {
+	case algorithm.TokenBucket:
+		sh.buckets.put(key, s.T)
+	case algorithm.FixedWindow, algorithm.SlidingWindowCounter:
+		if sh.windows == nil {
+			sh.windows = make(map[uint64]windowState)
+		}
+		sh.windows[key] = windowState{expiry: expiry, start: s.T, cur: s.Cur, pv: s.Prev}
+	case algorithm.SlidingWindowLog:
+		if sh.logs == nil {
+			sh.logs = make(map[uint64]logState)
+		}
+		sh.logs[key] = logState{expiry: expiry, times: s.Log}
+	}
+}
+
+func (sh *shard) delete(kind algorithm.Kind, key uint64) {
+	switch kind {
+	case algorithm.TokenBucket:
+		sh.buckets.remove(key)
+	case algorithm.FixedWindow, algorithm.SlidingWindowCounter:
+		delete(sh.windows, key)
+	case algorithm.SlidingWindowLog:
+		delete(sh.logs, key)
+	}
+}
+
+// sweep counts an Apply and, every sweepEvery Applies, examines a few
+// counters of the store kind uses, and every sweepOthersEvery Applies of
+// all of them, deleting the expired ones. The bucket table is swept in slot
+// order; the maps from wherever Go starts an iteration, which is random.
+func (sh *shard) sweep(kind algorithm.Kind, now int64) {
+	sh.applies++
+	if sh.applies%sweepEvery != 0 {
+		return
+	}
+	all := sh.applies%sweepOthersEvery == 0
+	if all || kind == algorithm.TokenBucket {
+		sh.buckets.sweep(now, sweepSlots)
+	}
+	if all || kind == algorithm.FixedWindow || kind == algorithm.SlidingWindowCounter {
+		sweepMap(sh.windows, now, sweepSample, func(w windowState) int64 { return w.expiry })
+	}
+	if all || kind == algorithm.SlidingWindowLog {
+		sweepMap(sh.logs, now, sweepSample, func(l logState) int64 { return l.expiry })
+	}
+}
+
+// sweepMap examines up to n entries of m from a random position and
+// deletes those expired at now.
+func sweepMap[V any](m map[uint64]V, now int64, n int, expiry func(V) int64) {
+	for k, v := range m {
+		if expiry(v) <= now {
+			delete(m, k)
+		}
+		if n--; n == 0 {
+			return
+		}
+	}
+}
+
+// evict frees at least one slot of a non-empty shard: it samples up to
+// evictSample counters, deletes the expired ones, and if none was expired
+// deletes the one that would expire soonest.
+func (sh *shard) evict(now int64) {
+	sh.rng ^= sh.rng << 13
+	sh.rng ^= sh.rng >> 7
+	sh.rng ^= sh.rng << 17
+	var c candidate
+	// Start with a different store each time so none is favoured.
+	for i := range uint64(3) {
+		switch (sh.rng + i) % 3 {
+		case 0:
+			sh.buckets.sample(int(sh.rng>>8), now, &c)
+		case 1:
+			sampleMap(sh.windows, now, &c, algorithm.FixedWindow, func(w windowState) int64 { return w.expiry })
+		case 2:
+			sampleMap(sh.logs, now, &c, algorithm.SlidingWindowLog, func(l logState) int64 { return l.expiry })
+		}
+	}
+	if c.expired == 0 && c.live {
+		sh.delete(c.kind, c.key)
+	}
+}
+
+// candidate collects an eviction sample.
+type candidate struct {
+	sampled, expired int
+	// live reports whether kind, key and expiry hold the sampled counter
+	// that expires soonest.
+	live   bool
+	kind   algorithm.Kind
+	key    uint64
+	expiry int64
+}
+
+// consider adds a counter that has not expired.
+func (c *candidate) consider(kind algorithm.Kind, key uint64, expiry int64) {
+	if !c.live || expiry < c.expiry {
+		c.live, c.kind, c.key, c.expiry = true, kind, key, expiry
+	}
+}
+
+// sampleMap adds entries of m to c until c holds evictSample, deleting the
+// expired ones.
+func sampleMap[V any](m map[uint64]V, now int64, c *candidate, kind algorithm.Kind, expiry func(V) int64) {
+	for k, v := range m {
+		if c.sampled == evictSample {
+			return
+		}
+		c.sampled++
+		if e := expiry(v); e <= now {
+			delete(m, k)
+			c.expired++
+		} else {
+			c.consider(kind, k, e)
+		}
+	}
+}
