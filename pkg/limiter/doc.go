@@ -1,0 +1,99 @@
+// Package limiter is tollgate's engine. It resolves each descriptor of a
+// request to a rule of the current descriptor tree, applies policy, sends
+// every hit of the request to the store in one batch, and builds the
+// answer: an overall code, one status per descriptor in request order,
+// response headers and, when over the limit, a JSON body. It knows nothing
+// of Envoy's protos; package rls adapts it to gRPC and package httpapi to
+// HTTP.
+//
+// # Policy
+//
+// A descriptor is answered by the first that applies of:
+//
+//   - unknown domain: OK, no current limit (an Envoy override is ignored,
+//     as envoyproxy/ratelimit ignores it);
+//   - action: deny: OVER_LIMIT, not counted, marker "X-RateLimit-Policy:
+//     denylist". The other descriptors of the request are only checked
+//     (their positive costs become 0), since the request is rejected;
+//   - action: allow: OK with Remaining Unlimited, not counted, marker
+//     "X-RateLimit-Policy: allowlist";
+//   - an Envoy limit override: counted against one limit {requests_per_unit,
+//     unit, unit_multiplier} with the request's own entries, whether or not
+//     a rule matched and even if the rule is unlimited. It keeps the
+//     algorithm of the rule's first limit, else Options.DefaultAlgorithm.
+//     As in envoyproxy/ratelimit it has no name, ignores the rule's
+//     shadow_mode, quota_mode and share_threshold, and neither replaces nor
+//     is replaced. The allow and deny lists above still win over it;
+//   - no rule, or a rule without limits: OK, no current limit;
+//   - unlimited: OK with Remaining Unlimited, not counted;
+//   - otherwise one store hit per limit of the rule.
+//
+// All hits of a request go to the store in one Apply call, so a request is
+// all or nothing: when one hit that is not soft is rejected, nothing is
+// charged. A descriptor with several limits reports the most restrictive:
+// a rejected one (the longest wait first), else the one with the least
+// remaining.
+//
+// # Hits
+//
+// A descriptor's own hits_addend (Descriptor.HasHits) wins, and 0 there
+// checks the limits without consuming; otherwise the request's hits_addend
+// counts, where 0 means 1. Descriptor.Refund gives the hits back.
+//
+// # Replaces
+//
+// As in envoyproxy/ratelimit, a named limit is not applied when its name is
+// in the replaces list of another rule matched by a descriptor of the same
+// request, whether that rule is counted, unlimited or itself replaced. A
+// descriptor whose limits are all replaced answers OK with no current
+// limit.
+//
+// # Shadow and quota mode
+//
+// The hits of a rule in shadow mode (its own shadow_mode or
+// Options.ShadowMode) and in quota mode are soft: they never block the rest
+// of the batch. A shadow descriptor over its limit answers OK and is
+// counted in metrics as shadow_over_limit; a deny rule in shadow mode
+// answers OK and is counted as shadow_denylist. A quota-mode descriptor over its
+// limit keeps its OVER_LIMIT status, as in envoyproxy/ratelimit, but the
+// overall code is OVER_LIMIT only if a descriptor not in quota mode is over,
+// or if the request has quota-mode descriptors and all of them are over.
+// Because quota hits are soft they cannot stop the batch, so when all of
+// them are over, the admitted hits of the request are refunded in a second
+// batch.
+//
+// # Store failures
+//
+// When the store fails, the counted descriptors answer OK with no current
+// limit and no invented remaining, the answer carries "X-RateLimit-Policy:
+// degraded", and the failure is counted and logged at most once per 10
+// seconds. Deny lists still deny. Per-rule failure modes (Rule.FailureMode)
+// are to be added in Limiter.failureStatus. When the request's context has
+// ended, Check returns the context's error instead.
+//
+// # Headers
+//
+// Options.HeaderStyle chooses the rate-limit headers, computed from the
+// most restrictive status that has a limit; see HeaderStyle. Whatever the
+// style, an OVER_LIMIT answer carries Retry-After (whole seconds, rounded
+// up, at least 1, the longest wait among the over-limit statuses), a body
+// such as
+//
+//	{"code":429,"message":"rate limit exceeded","limit":10,"window":60,"retry_after_seconds":7,"reset_at":"2026-01-01T00:01:00Z"}
+//
+// and "content-type: application/json". A request blocked only by a deny
+// list gets {"code":429,"message":"request denied by policy",
+// "retry_after_seconds":1}. Limits in headers and bodies are capacities:
+// requests per unit plus burst.
+//
+// # Metrics
+//
+// tollgate_decisions counts descriptors by domain, rule path, limit name
+// and result (ok, over_limit, shadow_over_limit, allowlist, denylist,
+// shadow_denylist, unmatched, unlimited, replaced, degraded); tollgate_store_errors counts
+// failed batches; tollgate_check_duration records the time of each Check
+// in seconds. Attributes never carry descriptor values: unknown domains
+// are recorded as "(unknown)" and overrides as limit "(override)", so
+// cardinality is bounded by the configuration. detailed_metric and
+// value_to_metric are therefore ignored.
+package limiter

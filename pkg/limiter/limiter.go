@@ -1,0 +1,698 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/tollgatehq/tollgate/pkg/algorithm"
+	"github.com/tollgatehq/tollgate/pkg/descriptor"
+	"github.com/tollgatehq/tollgate/pkg/store"
+)
+
+// Unlimited is the Remaining reported for unlimited and allow-listed
+// descriptors, as envoyproxy/ratelimit reports it.
+const Unlimited = math.MaxUint32
+
+// storeErrorLogInterval is the least time between two log lines about store
+// errors; the errors in between are counted and reported with the next line.
+const storeErrorLogInterval = 10 * time.Second
+
+// ErrInvalidRequest reports a request the engine cannot decide because it is
+// malformed: no domain, no descriptors, a descriptor without entries, an
+// entry without a key or an override without a valid unit. Errors that wrap
+// it name the offending descriptor and entry by index.
+var ErrInvalidRequest = errors.New("invalid rate-limit request")
+
+// ErrUnavailable reports that the engine could not decide because its store
+// could not; it is store.ErrUnavailable, so errors.Is matches either. Check
+// returns it only where a rule's failure mode asks for an error rather than
+// an answer.
+var ErrUnavailable = store.ErrUnavailable
+
+// Options configures a Limiter. Store and Tree are required; every other
+// field has a working zero value.
+type Options struct {
+	// Store counts hits.
+	Store store.Store
+	// Tree returns the current descriptor tree snapshot. It is called once
+	// per request; a nil tree makes every domain unknown.
+	Tree func() *descriptor.Tree
+	// HeaderStyle chooses the rate-limit headers added to every answer. The
+	// zero value, HeadersNone, adds none; Retry-After and the policy markers
+	// are added whatever the style.
+	HeaderStyle HeaderStyle
+	// ShadowMode puts every rule in shadow mode: hits are counted, but every
+	// answer is OK.
+	ShadowMode bool
+	// DefaultAlgorithm counts Envoy limit overrides whose descriptor matches
+	// no counted rule. Zero means algorithm.TokenBucket.
+	DefaultAlgorithm algorithm.Kind
+	// Now is the clock used for reset timestamps and latency; nil means
+	// time.Now.
+	Now func() time.Time
+	// Logger receives store errors (at most one line per 10 seconds); nil
+	// discards.
+	Logger *slog.Logger
+	// MeterProvider provides the tollgate_* instruments; nil means a no-op
+	// provider.
+	MeterProvider metric.MeterProvider
+}
+
+// Request is one rate-limit question: a domain and its descriptors.
+type Request struct {
+	Domain      string
+	Descriptors []Descriptor
+	// Hits is the request-level hits_addend; 0 means 1.
+	Hits uint32
+}
+
+// Descriptor is one descriptor of a Request.
+type Descriptor struct {
+	Entries []descriptor.Entry
+	// Hits is the descriptor-level hits_addend. It applies only when
+	// HasHits is set, and then wins over Request.Hits; HasHits with Hits 0
+	// checks the limit without consuming.
+	Hits    uint64
+	HasHits bool
+	// Refund gives the hits back instead of consuming them
+	// (is_negative_hits).
+	Refund bool
+	// Override is Envoy's per-descriptor limit override, or nil.
+	Override *Override
+}
+
+// Override is Envoy's per-descriptor limit override. It replaces the limits
+// of the matched rule.
+type Override struct {
+	RequestsPerUnit uint32
+	Unit            descriptor.Unit
+	// UnitMultiplier stretches the window ("5 per 5 minutes"); 0 means 1.
+	UnitMultiplier uint32
+}
+
+// Code is the answer for a request or a descriptor. Its values are those of
+// Envoy's RateLimitResponse.Code; an answer never holds the zero Code.
+type Code uint8
+
+// The codes.
+const (
+	OK        Code = 1
+	OverLimit Code = 2
+)
+
+// String returns "OK" or "OVER_LIMIT".
+func (c Code) String() string {
+	switch c {
+	case OK:
+		return "OK"
+	case OverLimit:
+		return "OVER_LIMIT"
+	}
+	return fmt.Sprintf("code(%d)", uint8(c))
+}
+
+// Status is the answer for one descriptor.
+type Status struct {
+	Code Code
+	// Limit is the limit reported as Envoy's current_limit: the most
+	// restrictive of the matched rule's limits, or the override. It is nil
+	// when no counted limit applies, and points into the immutable tree:
+	// callers must not modify it.
+	Limit *descriptor.Limit
+	// Remaining is how many more hits the limit admits now; Unlimited for
+	// unlimited and allow-listed descriptors.
+	Remaining uint32
+	// ResetAfter is Envoy's duration_until_reset.
+	ResetAfter time.Duration
+	// RetryAfter is how long until the same hit would be admitted; zero
+	// unless Code is OverLimit.
+	RetryAfter time.Duration
+}
+
+// Header is one response header.
+type Header struct {
+	Key, Value string
+}
+
+// Response is the answer to a Request.
+type Response struct {
+	// Code is OverLimit when any descriptor not in quota mode is over its
+	// limit, or when the request has quota-mode descriptors and all of them
+	// are over; otherwise OK.
+	Code Code
+	// Statuses has one status per request descriptor, in request order.
+	Statuses []Status
+	// Headers go on the downstream response, on OK and on the 429 alike.
+	Headers []Header
+	// Body is the JSON body of a 429; nil unless Code is OverLimit.
+	Body []byte
+}
+
+// Limiter decides rate-limit requests. It is safe for concurrent use.
+type Limiter struct {
+	store       store.Store
+	tree        func() *descriptor.Tree
+	style       HeaderStyle
+	shadow      bool
+	defaultAlgo algorithm.Kind
+	now         func() time.Time
+	log         *slog.Logger
+	metrics     *metrics
+
+	// labels caches metric attribute sets for the current tree.
+	labels atomic.Pointer[labelCache]
+	pool   sync.Pool // *scratch
+
+	lastErrLog atomic.Int64 // Unix nanoseconds of the last store-error log line
+	errsQuiet  atomic.Int64 // store errors not logged since then
+}
+
+// New returns a Limiter. It fails when Store or Tree is missing or the
+// instruments cannot be created.
+func New(opts Options) (*Limiter, error) {
+	if opts.Store == nil {
+		return nil, errors.New("limiter: no store")
+	}
+	if opts.Tree == nil {
+		return nil, errors.New("limiter: no descriptor tree")
+	}
+	if opts.HeaderStyle > HeadersIETF {
+		return nil, fmt.Errorf("limiter: unknown header style %d", opts.HeaderStyle)
+	}
+	l := &Limiter{
+		store:       opts.Store,
+		tree:        opts.Tree,
+		style:       opts.HeaderStyle,
+		shadow:      opts.ShadowMode,
+		defaultAlgo: opts.DefaultAlgorithm,
+		now:         opts.Now,
+		log:         opts.Logger,
+	}
+	if l.defaultAlgo == 0 {
+		l.defaultAlgo = algorithm.TokenBucket
+	}
+	if l.now == nil {
+		l.now = time.Now
+	}
+	if l.log == nil {
+		l.log = slog.New(slog.DiscardHandler)
+	}
+	l.log = l.log.With("component", "limiter")
+	mp := opts.MeterProvider
+	if mp == nil {
+		mp = noop.NewMeterProvider()
+	}
+	m, err := newMetrics(mp)
+	if err != nil {
+		return nil, fmt.Errorf("limiter: creating instruments: %w", err)
+	}
+	l.metrics = m
+	l.pool.New = func() any { return new(scratch) }
+	return l, nil
+}
+
+// kind is how a descriptor is decided.
+type kind uint8
+
+const (
+	kindUnmatched kind = iota // no rule, or a rule without limits: OK, no limit
+	kindUnlimited             // unlimited rule: OK, not counted
+	kindAllow                 // allow list: OK, not counted
+	kindDeny                  // deny list: OVER_LIMIT, not counted
+	kindCounted               // one hit per limit
+	kindReplaced              // every limit replaced by another descriptor's rule
+)
+
+// descState is the engine's working state for one descriptor.
+type descState struct {
+	kind     kind
+	rule     *descriptor.Rule
+	limits   []descriptor.Limit // the rule's limits, or the one override
+	override bool
+	shadow   bool
+	quota    bool
+	firstHit int // index of the descriptor's first hit
+	nHits    int
+}
+
+// scratch holds the per-request working slices; Check takes one from a pool.
+type scratch struct {
+	descs    []descState
+	hits     []store.Hit
+	limits   []*descriptor.Limit // limits[i] is the limit of hits[i]
+	verdicts []algorithm.Verdict
+	entries  []store.Entry
+	buf      []byte
+}
+
+// reset empties s for reuse. It leaves the old contents in place: clearing
+// them costs more than it saves, and the next request overwrites them.
+func (s *scratch) reset() {
+	s.descs = s.descs[:0]
+	s.hits = s.hits[:0]
+	s.limits = s.limits[:0]
+	s.verdicts = s.verdicts[:0]
+	s.entries = s.entries[:0]
+	s.buf = s.buf[:0]
+}
+
+// answer is a Response allocated together with room for the common case of
+// one status and a handful of headers, so a typical answer costs one
+// allocation.
+type answer struct {
+	resp     Response
+	statuses [1]Status
+	headers  [6]Header
+}
+
+// Validate reports whether req is well formed, with an error wrapping
+// ErrInvalidRequest that names the offending descriptor and entry.
+func Validate(req *Request) error {
+	if req == nil {
+		return fmt.Errorf("%w: no request", ErrInvalidRequest)
+	}
+	if req.Domain == "" {
+		return fmt.Errorf("%w: empty domain", ErrInvalidRequest)
+	}
+	if len(req.Descriptors) == 0 {
+		return fmt.Errorf("%w: no descriptors", ErrInvalidRequest)
+	}
+	for i := range req.Descriptors {
+		d := &req.Descriptors[i]
+		if len(d.Entries) == 0 {
+			return fmt.Errorf("%w: descriptors[%d]: no entries", ErrInvalidRequest, i)
+		}
+		for j := range d.Entries {
+			if d.Entries[j].Key == "" {
+				return fmt.Errorf("%w: descriptors[%d].entries[%d]: empty key", ErrInvalidRequest, i, j)
+			}
+		}
+		if o := d.Override; o != nil && o.Unit.Duration() == 0 {
+			return fmt.Errorf("%w: descriptors[%d].limit: invalid unit %d", ErrInvalidRequest, i, o.Unit)
+		}
+	}
+	return nil
+}
+
+// Check decides req. It returns an error wrapping ErrInvalidRequest for a
+// malformed request and the context's error when ctx ends before the store
+// answers; a store failure is not an error but a degraded, fail-open answer.
+func (l *Limiter) Check(ctx context.Context, req *Request) (*Response, error) {
+	a := new(answer)
+	resp := &a.resp
+	resp.Statuses = a.statuses[:0]
+	resp.Headers = a.headers[:0]
+	if err := l.CheckInto(ctx, req, resp); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// CheckInto is Check writing its answer into resp, reusing the arrays of
+// resp.Statuses and resp.Headers, so a caller that converts answers at once
+// (such as the gRPC adapter) can pool Responses. Header values and Limits
+// in resp stay valid after resp is reused; resp itself must not be used by
+// anyone else meanwhile.
+func (l *Limiter) CheckInto(ctx context.Context, req *Request, resp *Response) error {
+	if err := Validate(req); err != nil {
+		return err
+	}
+	start := l.now()
+	n := len(req.Descriptors)
+	resp.Code = OK
+	resp.Statuses = grow(resp.Statuses, n)
+	resp.Headers = resp.Headers[:0]
+	resp.Body = nil
+
+	var dom *descriptor.Domain
+	tree := l.tree()
+	if tree != nil {
+		dom = tree.Domain(req.Domain)
+	}
+	if dom == nil {
+		for i := range resp.Statuses {
+			resp.Statuses[i] = Status{Code: OK}
+		}
+		l.metrics.decisions.Add(ctx, int64(n), l.metrics.unknownDomain...)
+		l.metrics.latency.Record(ctx, l.now().Sub(start).Seconds())
+		return nil
+	}
+	labels := l.labelsFor(tree)
+
+	s := l.pool.Get().(*scratch)
+	defer func() {
+		s.reset()
+		l.pool.Put(s)
+	}()
+
+	l.resolve(s, dom, req)
+	l.buildHits(s, dom, req)
+
+	var storeErr error
+	if len(s.hits) > 0 {
+		s.verdicts = grow(s.verdicts, len(s.hits))
+		storeErr = l.store.Apply(ctx, s.hits, s.verdicts)
+		if storeErr != nil {
+			if ctxErr := ctx.Err(); ctxErr != nil {
+				return ctxErr
+			}
+			l.storeFailed(ctx, req.Domain, storeErr)
+		}
+	}
+
+	var f flags
+	hardOver := false
+	quotaSeen, quotaOver := 0, 0
+	for i := range s.descs {
+		st := &s.descs[i]
+		out := &resp.Statuses[i]
+		var result result
+		switch st.kind {
+		case kindUnmatched:
+			*out = Status{Code: OK}
+			result = resultUnmatched
+		case kindReplaced:
+			*out = Status{Code: OK}
+			result = resultReplaced
+		case kindUnlimited:
+			*out = Status{Code: OK, Remaining: Unlimited}
+			result = resultUnlimited
+		case kindAllow:
+			*out = Status{Code: OK, Remaining: Unlimited}
+			result = resultAllowlist
+			f |= flagAllow
+		case kindDeny:
+			if st.shadow {
+				*out = Status{Code: OK}
+				result = resultShadowDenylist
+				break
+			}
+			*out = Status{Code: OverLimit}
+			result = resultDenylist
+			f |= flagDeny
+			hardOver = true
+		case kindCounted:
+			if storeErr != nil {
+				*out = l.failureStatus(st)
+				result = resultDegraded
+				f |= flagDegraded
+				break
+			}
+			var over bool
+			*out, over = s.status(st)
+			switch {
+			case !over:
+				result = resultOK
+			case st.shadow:
+				out.Code = OK
+				out.RetryAfter = 0
+				result = resultShadowOverLimit
+			default:
+				result = resultOverLimit
+				if !st.quota {
+					hardOver = true
+				}
+			}
+			if st.quota {
+				quotaSeen++
+				if over && !st.shadow {
+					quotaOver++
+				}
+			}
+		}
+		l.metrics.decisions.Add(ctx, 1, labels.options(req.Domain, dom, st, out.Limit, result)...)
+	}
+	if hardOver || (quotaSeen > 0 && quotaOver == quotaSeen) {
+		resp.Code = OverLimit
+		if !hardOver && storeErr == nil {
+			// Every quota descriptor is over: the request is rejected, but
+			// its soft hits could not block the batch.
+			l.refund(ctx, s)
+		}
+	}
+	l.addHeaders(s, resp, start, f)
+	l.metrics.latency.Record(ctx, l.now().Sub(start).Seconds())
+	return nil
+}
+
+// resolve matches every descriptor of req to its rule and fills s.descs.
+func (l *Limiter) resolve(s *scratch, dom *descriptor.Domain, req *Request) {
+	s.descs = grow(s.descs, len(req.Descriptors))
+	for i := range req.Descriptors {
+		d := &req.Descriptors[i]
+		st := &s.descs[i]
+		*st = descState{}
+		rule := dom.Match(d.Entries)
+		st.rule = rule
+		switch {
+		case rule != nil && rule.Action == descriptor.ActionDeny:
+			st.kind = kindDeny
+			st.shadow = l.shadow || rule.ShadowMode
+		case rule != nil && rule.Action == descriptor.ActionAllow:
+			st.kind = kindAllow
+		case d.Override != nil:
+			// Like envoyproxy/ratelimit, an override applies whether or not
+			// a rule matches, replaces an unlimited rule's exemption, and
+			// ignores the rule's shadow and quota mode. The rule's algorithm
+			// still counts it.
+			algo := l.defaultAlgo
+			if rule != nil && len(rule.Limits) > 0 && rule.Limits[0].Algorithm != 0 {
+				algo = rule.Limits[0].Algorithm
+			}
+			// The override's Status.Limit points into this slice, so it
+			// outlives the pooled scratch.
+			st.limits = []descriptor.Limit{{
+				Unit:            d.Override.Unit,
+				UnitMultiplier:  max(d.Override.UnitMultiplier, 1),
+				RequestsPerUnit: d.Override.RequestsPerUnit,
+				Algorithm:       algo,
+			}}
+			st.kind = kindCounted
+			st.override = true
+			st.shadow = l.shadow
+		case rule == nil:
+			st.kind = kindUnmatched
+		case rule.Unlimited:
+			st.kind = kindUnlimited
+		case len(rule.Limits) == 0:
+			st.kind = kindUnmatched
+		default:
+			st.kind = kindCounted
+			st.limits = rule.Limits
+			st.shadow = l.shadow || rule.ShadowMode
+			st.quota = rule.QuotaMode
+		}
+	}
+}
+
+// replaced reports whether lim, a limit of rule, is replaced: whether its
+// name appears in the replaces list of another rule matched in the same
+// request. As in envoyproxy/ratelimit the replacing rule may itself be
+// unlimited, a list rule or replaced, but not one answered by an Envoy
+// override, which has no replaces.
+func (s *scratch) replaced(rule *descriptor.Rule, lim *descriptor.Limit) bool {
+	if lim.Name == "" {
+		return false
+	}
+	for i := range s.descs {
+		other := s.descs[i].rule
+		if other == nil || other == rule || s.descs[i].override {
+			continue
+		}
+		for _, name := range other.Replaces {
+			if name == lim.Name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// buildHits appends one hit per applicable limit of every counted
+// descriptor to s.hits.
+func (l *Limiter) buildHits(s *scratch, dom *descriptor.Domain, req *Request) {
+	// A deny list rejects the request whatever the counts, so the other
+	// descriptors' hits only check.
+	anyReplaces, denied := false, false
+	for i := range s.descs {
+		st := &s.descs[i]
+		if st.rule != nil && len(st.rule.Replaces) > 0 {
+			anyReplaces = true
+		}
+		if st.kind == kindDeny && !st.shadow {
+			denied = true
+		}
+	}
+	shardBy := dom.ShardBy()
+	for i := range s.descs {
+		st := &s.descs[i]
+		if st.kind != kindCounted {
+			continue
+		}
+		d := &req.Descriptors[i]
+
+		// The counted entries: the request's, with the rule's shared
+		// pattern in place of the value where the rule sets one. An
+		// override counts the request's own entries.
+		first := len(s.entries)
+		for j, e := range d.Entries {
+			v := e.Value
+			if !st.override && st.rule != nil && j < len(st.rule.Shared) && st.rule.Shared[j] != "" {
+				v = st.rule.Shared[j]
+			}
+			s.entries = append(s.entries, store.Entry{Key: e.Key, Value: v})
+		}
+		entries := s.entries[first:len(s.entries):len(s.entries)]
+		shard := entries[0].Value
+		if shardBy != "" {
+			for _, e := range entries {
+				if e.Key == shardBy {
+					shard = e.Value
+					break
+				}
+			}
+		}
+
+		cost := int64(max(req.Hits, 1))
+		if d.HasHits {
+			cost = int64(min(d.Hits, math.MaxInt64))
+		}
+		if d.Refund {
+			cost = -cost
+		}
+		if denied {
+			cost = min(cost, 0)
+		}
+
+		st.firstHit = len(s.hits)
+		for j := range st.limits {
+			lim := &st.limits[j]
+			if anyReplaces && !st.override && s.replaced(st.rule, lim) {
+				continue
+			}
+			s.hits = append(s.hits, store.Hit{
+				Domain:  req.Domain,
+				Entries: entries,
+				Shard:   shard,
+				Limit:   lim.Algo(),
+				Cost:    cost,
+				Soft:    st.shadow || st.quota,
+			})
+			s.limits = append(s.limits, lim)
+		}
+		st.nHits = len(s.hits) - st.firstHit
+		if st.nHits == 0 {
+			st.kind = kindReplaced
+		}
+	}
+}
+
+// refund gives back what the admitted hits of a rejected request consumed,
+// keeping the request all or nothing when only soft hits rejected it. A
+// failure is counted as a store error.
+func (l *Limiter) refund(ctx context.Context, s *scratch) {
+	n := 0
+	for i := range s.hits {
+		if s.verdicts[i].Allowed && s.hits[i].Cost > 0 {
+			s.hits[n] = s.hits[i]
+			s.hits[n].Cost = -s.hits[n].Cost
+			s.hits[n].Soft = true
+			n++
+		}
+	}
+	if n == 0 {
+		return
+	}
+	// The refund's verdicts are not reported; this path is rare enough to
+	// allocate them.
+	verdicts := make([]algorithm.Verdict, n)
+	if err := l.store.Apply(ctx, s.hits[:n], verdicts); err != nil {
+		l.storeFailed(ctx, s.hits[0].Domain, err)
+	}
+}
+
+// status returns the status of a counted descriptor from its verdicts and
+// whether it is over the limit: the verdict of a rejected limit (the one
+// with the longest wait) when any is rejected, else the one with the least
+// remaining.
+func (s *scratch) status(st *descState) (Status, bool) {
+	best := st.firstHit
+	for h := st.firstHit + 1; h < st.firstHit+st.nHits; h++ {
+		v, b := &s.verdicts[h], &s.verdicts[best]
+		switch {
+		case !v.Allowed && b.Allowed:
+			best = h
+		case !v.Allowed && !b.Allowed && v.RetryAfter > b.RetryAfter:
+			best = h
+		case v.Allowed && b.Allowed && v.Remaining < b.Remaining:
+			best = h
+		}
+	}
+	v := &s.verdicts[best]
+	out := Status{
+		Code:       OK,
+		Limit:      s.limits[best],
+		Remaining:  clampUint32(v.Remaining),
+		ResetAfter: max(v.ResetAfter, 0),
+	}
+	if !v.Allowed {
+		// Remaining stays the verdict's: a hit of cost 5 is rejected with 3
+		// left, and a smaller one would pass.
+		out.Code = OverLimit
+		out.RetryAfter = max(v.RetryAfter, 0)
+		return out, true
+	}
+	return out, false
+}
+
+// failureStatus answers a counted descriptor whose store could not decide.
+// Every rule fails open for now: OK, with no current limit and no invented
+// remaining. Per-rule failure modes (st.rule.FailureMode: closed, local)
+// plug in here.
+func (l *Limiter) failureStatus(st *descState) Status {
+	return Status{Code: OK}
+}
+
+// storeFailed counts a store error and logs it, at most once per
+// storeErrorLogInterval.
+func (l *Limiter) storeFailed(ctx context.Context, domain string, err error) {
+	l.metrics.storeErrors.Add(ctx, 1)
+	now := l.now().UnixNano()
+	last := l.lastErrLog.Load()
+	if now-last < int64(storeErrorLogInterval) || !l.lastErrLog.CompareAndSwap(last, now) {
+		l.errsQuiet.Add(1)
+		return
+	}
+	l.log.LogAttrs(ctx, slog.LevelError, "store failed; answering fail-open",
+		slog.String("domain", domain),
+		slog.Any("error", err),
+		slog.Int64("suppressed", l.errsQuiet.Swap(0)))
+}
+
+// clampUint32 converts a remaining count for Envoy's uint32 field.
+func clampUint32(v int64) uint32 {
+	switch {
+	case v < 0:
+		return 0
+	case v > math.MaxUint32:
+		return math.MaxUint32
+	}
+	return uint32(v)
+}
+
+// grow returns s resized to n, reusing its array when large enough.
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}

@@ -1,0 +1,433 @@
+// Package rls serves Envoy's rate-limit service,
+// envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit, over gRPC. It
+// turns the protobuf request into a limiter.Request, asks the engine, and
+// turns the limiter.Response back into a RateLimitResponse. It is the only
+// package besides the command line that imports Envoy's protos.
+//
+// Requests are checked before they reach the engine: a missing domain, no
+// descriptors, a descriptor without entries, an entry without a key, too
+// many descriptors or entries, an oversized key or value, or an override
+// with an unknown unit is answered with codes.InvalidArgument and a message
+// naming the descriptor and entry by index, such as
+// "descriptors[2].entries[0]: empty key". Keys and values are compared as
+// bytes: invalid UTF-8 is accepted, since proto3 strings from Envoy are
+// already validated by the protobuf decoder and the engine never interprets
+// them.
+package rls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/tollgatehq/tollgate/pkg/descriptor"
+	"github.com/tollgatehq/tollgate/pkg/limiter"
+)
+
+// ServiceName is the gRPC service name of Envoy's rate-limit service, under
+// which the health service reports readiness.
+const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
+
+// The default request bounds.
+const (
+	DefaultMaxDescriptors = 64
+	DefaultMaxEntries     = 32
+	DefaultMaxKeyLen      = 256
+	DefaultMaxValueLen    = 4096
+)
+
+// Checker decides rate-limit requests; *limiter.Limiter implements it.
+type Checker interface {
+	Check(ctx context.Context, req *limiter.Request) (*limiter.Response, error)
+}
+
+// intoChecker is implemented by checkers that can write into a pooled
+// Response, as *limiter.Limiter does.
+type intoChecker interface {
+	CheckInto(ctx context.Context, req *limiter.Request, resp *limiter.Response) error
+}
+
+// Options configures a Server. Limiter is required; the bounds default to
+// DefaultMaxDescriptors, DefaultMaxEntries, DefaultMaxKeyLen and
+// DefaultMaxValueLen when zero.
+type Options struct {
+	// Limiter decides requests. A Checker that also has CheckInto, as
+	// *limiter.Limiter does, answers into a pooled limiter.Response.
+	Limiter Checker
+	// MaxDescriptors bounds the descriptors of one request.
+	MaxDescriptors int
+	// MaxEntries bounds the entries of one descriptor.
+	MaxEntries int
+	// MaxKeyLen bounds the bytes of an entry key and of the domain.
+	MaxKeyLen int
+	// MaxValueLen bounds the bytes of an entry value.
+	MaxValueLen int
+	// Logger receives internal errors; nil discards.
+	Logger *slog.Logger
+}
+
+// Server implements rlsv3.RateLimitServiceServer.
+type Server struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+
+	limiter        Checker
+	into           intoChecker // limiter, when it can write into a Response
+	maxDescriptors int
+	maxEntries     int
+	maxKeyLen      int
+	maxValueLen    int
+	log            *slog.Logger
+	health         *health.Server
+	pool           sync.Pool // *scratch
+}
+
+var _ rlsv3.RateLimitServiceServer = (*Server)(nil)
+
+// New returns a Server whose health service reports SERVING. A Server
+// without a Limiter answers every call with codes.Unavailable.
+func New(opts Options) *Server {
+	s := &Server{
+		limiter:        opts.Limiter,
+		maxDescriptors: orDefault(opts.MaxDescriptors, DefaultMaxDescriptors),
+		maxEntries:     orDefault(opts.MaxEntries, DefaultMaxEntries),
+		maxKeyLen:      orDefault(opts.MaxKeyLen, DefaultMaxKeyLen),
+		maxValueLen:    orDefault(opts.MaxValueLen, DefaultMaxValueLen),
+		log:            opts.Logger,
+		health:         health.NewServer(),
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.log = s.log.With("component", "rls")
+	s.into, _ = opts.Limiter.(intoChecker)
+	s.health.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
+	s.pool.New = func() any { return new(scratch) }
+	return s
+}
+
+// orDefault returns v, or def when v is not positive.
+func orDefault(v, def int) int {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
+// Register registers the rate-limit service and the grpc.health.v1 service
+// on g.
+func (s *Server) Register(g grpc.ServiceRegistrar) {
+	rlsv3.RegisterRateLimitServiceServer(g, s)
+	healthpb.RegisterHealthServer(g, s.health)
+}
+
+// Health returns the health service Register registers, for callers that
+// manage statuses themselves or call its Shutdown when draining.
+func (s *Server) Health() *health.Server { return s.health }
+
+// SetServing sets the health of the overall server ("") and of ServiceName
+// to SERVING or NOT_SERVING.
+func (s *Server) SetServing(serving bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if serving {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	s.health.SetServingStatus("", st)
+	s.health.SetServingStatus(ServiceName, st)
+}
+
+// ShouldRateLimit answers one rate-limit request. It never answers with
+// codes.Unknown: a malformed request gets codes.InvalidArgument, an ended
+// context its own code, an unavailable engine codes.Unavailable and any
+// other failure codes.Internal.
+func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (resp *rlsv3.RateLimitResponse, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.ErrorContext(ctx, "panic answering ShouldRateLimit",
+				slog.Any("panic", p), slog.String("domain", req.GetDomain()), slog.String("stack", string(debug.Stack())))
+			resp, err = nil, status.Error(codes.Internal, "internal error")
+		}
+	}()
+	if err := ctx.Err(); err != nil {
+		return nil, status.FromContextError(err).Err()
+	}
+	if s.limiter == nil {
+		return nil, status.Error(codes.Unavailable, "rate limiter not configured")
+	}
+	sc := s.pool.Get().(*scratch)
+	defer func() {
+		sc.reset()
+		s.pool.Put(sc)
+	}()
+	lreq, err := s.convert(req, sc)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	lresp := &sc.resp
+	if s.into != nil {
+		err = s.into.CheckInto(ctx, lreq, lresp)
+	} else {
+		lresp, err = s.limiter.Check(ctx, lreq)
+	}
+	if err != nil {
+		return nil, s.grpcError(ctx, err)
+	}
+	return toProto(lresp), nil
+}
+
+// grpcError maps an engine error to a gRPC status.
+func (s *Server) grpcError(ctx context.Context, err error) error {
+	switch {
+	case errors.Is(err, limiter.ErrInvalidRequest):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return status.FromContextError(err).Err()
+	case errors.Is(err, limiter.ErrUnavailable):
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	s.log.ErrorContext(ctx, "rate-limit check failed", slog.Any("error", err))
+	return status.Error(codes.Internal, "rate-limit check failed")
+}
+
+// Validate checks an engine request against the server's bounds, with the
+// same messages as ShouldRateLimit, so the HTTP API can apply them too
+// (httpapi.Options.Validate). Structural problems are left to
+// limiter.Validate.
+func (s *Server) Validate(req *limiter.Request) error {
+	switch {
+	case len(req.Domain) > s.maxKeyLen:
+		return fmt.Errorf("domain: longer than %d bytes", s.maxKeyLen)
+	case len(req.Descriptors) > s.maxDescriptors:
+		return fmt.Errorf("descriptors: %d exceed the limit of %d", len(req.Descriptors), s.maxDescriptors)
+	}
+	for i, d := range req.Descriptors {
+		if len(d.Entries) > s.maxEntries {
+			return fmt.Errorf("descriptors[%d]: %d entries exceed the limit of %d", i, len(d.Entries), s.maxEntries)
+		}
+		for j, e := range d.Entries {
+			switch {
+			case len(e.Key) > s.maxKeyLen:
+				return fmt.Errorf("descriptors[%d].entries[%d]: key longer than %d bytes", i, j, s.maxKeyLen)
+			case len(e.Value) > s.maxValueLen:
+				return fmt.Errorf("descriptors[%d].entries[%d]: value longer than %d bytes", i, j, s.maxValueLen)
+			}
+		}
+	}
+	return nil
+}
+
+// scratch holds the pooled storage of one converted request and its
+// answer. toProto copies everything out of the answer, so it can be reused.
+type scratch struct {
+	resp      limiter.Response
+	req       limiter.Request
+	descs     []limiter.Descriptor
+	entries   []descriptor.Entry
+	overrides []limiter.Override
+}
+
+// reset drops references to request strings before the scratch is pooled.
+func (sc *scratch) reset() {
+	clear(sc.descs)
+	clear(sc.entries)
+	sc.req = limiter.Request{}
+	sc.descs = sc.descs[:0]
+	sc.entries = sc.entries[:0]
+	sc.overrides = sc.overrides[:0]
+}
+
+// convert validates req and converts it into sc.req.
+func (s *Server) convert(req *rlsv3.RateLimitRequest, sc *scratch) (*limiter.Request, error) {
+	switch {
+	case req.GetDomain() == "":
+		return nil, errors.New("domain: empty")
+	case len(req.Domain) > s.maxKeyLen:
+		return nil, fmt.Errorf("domain: longer than %d bytes", s.maxKeyLen)
+	case len(req.Descriptors) == 0:
+		return nil, errors.New("descriptors: none")
+	case len(req.Descriptors) > s.maxDescriptors:
+		return nil, fmt.Errorf("descriptors: %d exceed the limit of %d", len(req.Descriptors), s.maxDescriptors)
+	}
+	total, overrides := 0, 0
+	for i, d := range req.Descriptors {
+		n := len(d.GetEntries())
+		switch {
+		case n == 0:
+			return nil, fmt.Errorf("descriptors[%d]: no entries", i)
+		case n > s.maxEntries:
+			return nil, fmt.Errorf("descriptors[%d]: %d entries exceed the limit of %d", i, n, s.maxEntries)
+		}
+		total += n
+		if d.GetLimit() != nil {
+			overrides++
+		}
+	}
+	sc.descs = grow(sc.descs, len(req.Descriptors))
+	sc.entries = grow(sc.entries, total)
+	sc.overrides = grow(sc.overrides, overrides)
+	total, overrides = 0, 0
+	for i, d := range req.Descriptors {
+		ld := &sc.descs[i]
+		*ld = limiter.Descriptor{}
+		es := sc.entries[total : total+len(d.Entries) : total+len(d.Entries)]
+		total += len(d.Entries)
+		for j, e := range d.Entries {
+			k, v := e.GetKey(), e.GetValue()
+			switch {
+			case k == "":
+				return nil, fmt.Errorf("descriptors[%d].entries[%d]: empty key", i, j)
+			case len(k) > s.maxKeyLen:
+				return nil, fmt.Errorf("descriptors[%d].entries[%d]: key longer than %d bytes", i, j, s.maxKeyLen)
+			case len(v) > s.maxValueLen:
+				return nil, fmt.Errorf("descriptors[%d].entries[%d]: value longer than %d bytes", i, j, s.maxValueLen)
+			}
+			es[j] = descriptor.Entry{Key: k, Value: v}
+		}
+		ld.Entries = es
+		if h := d.GetHitsAddend(); h != nil {
+			ld.Hits, ld.HasHits = h.GetValue(), true
+		}
+		ld.Refund = d.GetIsNegativeHits()
+		if o := d.GetLimit(); o != nil {
+			u, ok := unitOf(o.GetUnit())
+			if !ok {
+				return nil, fmt.Errorf("descriptors[%d].limit: unit %v not supported", i, o.GetUnit())
+			}
+			lo := &sc.overrides[overrides]
+			overrides++
+			*lo = limiter.Override{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: u}
+			if m := o.GetUnitMultiplier(); m != nil {
+				lo.UnitMultiplier = m.GetValue()
+			}
+			ld.Override = lo
+		}
+	}
+	sc.req = limiter.Request{Domain: req.Domain, Descriptors: sc.descs, Hits: req.GetHitsAddend()}
+	return &sc.req, nil
+}
+
+// unitOf converts an override unit; its values equal descriptor.Unit's.
+func unitOf(u typev3.RateLimitUnit) (descriptor.Unit, bool) {
+	switch u {
+	case typev3.RateLimitUnit_SECOND, typev3.RateLimitUnit_MINUTE, typev3.RateLimitUnit_HOUR,
+		typev3.RateLimitUnit_DAY, typev3.RateLimitUnit_MONTH, typev3.RateLimitUnit_YEAR:
+		return descriptor.Unit(u), true
+	}
+	return 0, false
+}
+
+// oneStatus is a response with room for one status and the headers of an
+// X-RateLimit 429, allocated at once: the common answer costs a single
+// allocation. A unit multiplier, more statuses or more headers are
+// allocated apart.
+type oneStatus struct {
+	resp    rlsv3.RateLimitResponse
+	ptr     [1]*rlsv3.RateLimitResponse_DescriptorStatus
+	status  [1]rlsv3.RateLimitResponse_DescriptorStatus
+	limit   [1]rlsv3.RateLimitResponse_RateLimit
+	dur     [1]durationpb.Duration
+	hdrPtrs [5]*corev3.HeaderValue
+	hdrs    [5]corev3.HeaderValue
+}
+
+// toProto converts an engine answer.
+func toProto(r *limiter.Response) *rlsv3.RateLimitResponse {
+	n := len(r.Statuses)
+	b := new(oneStatus)
+	resp := &b.resp
+	resp.OverallCode = rlsv3.RateLimitResponse_Code(r.Code)
+
+	var (
+		ptrs     []*rlsv3.RateLimitResponse_DescriptorStatus
+		statuses []rlsv3.RateLimitResponse_DescriptorStatus
+		limits   []rlsv3.RateLimitResponse_RateLimit
+		durs     []durationpb.Duration
+		mults    []wrapperspb.UInt32Value
+	)
+	withLimit, withMult := 0, 0
+	for i := range r.Statuses {
+		if l := r.Statuses[i].Limit; l != nil {
+			withLimit++
+			if l.UnitMultiplier > 1 {
+				withMult++
+			}
+		}
+	}
+	if n <= 1 {
+		ptrs, statuses, limits, durs = b.ptr[:n], b.status[:n], b.limit[:withLimit], b.dur[:withLimit]
+	} else {
+		ptrs = make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)
+		statuses = make([]rlsv3.RateLimitResponse_DescriptorStatus, n)
+		limits = make([]rlsv3.RateLimitResponse_RateLimit, withLimit)
+		durs = make([]durationpb.Duration, withLimit)
+	}
+	if withMult > 0 {
+		mults = make([]wrapperspb.UInt32Value, withMult)
+	}
+	nl, nm := 0, 0
+	for i := range r.Statuses {
+		st := &r.Statuses[i]
+		ps := &statuses[i]
+		ps.Code = rlsv3.RateLimitResponse_Code(st.Code)
+		ps.LimitRemaining = st.Remaining
+		if l := st.Limit; l != nil {
+			pl := &limits[nl]
+			pd := &durs[nl]
+			nl++
+			pl.Name = l.Name
+			pl.RequestsPerUnit = l.RequestsPerUnit
+			pl.Unit = rlsv3.RateLimitResponse_RateLimit_Unit(l.Unit)
+			if l.UnitMultiplier > 1 {
+				pm := &mults[nm]
+				nm++
+				pm.Value = l.UnitMultiplier
+				pl.UnitMultiplier = pm
+			}
+			ps.CurrentLimit = pl
+			pd.Seconds = int64(st.ResetAfter / time.Second)
+			pd.Nanos = int32(st.ResetAfter % time.Second)
+			ps.DurationUntilReset = pd
+		}
+		ptrs[i] = ps
+	}
+	resp.Statuses = ptrs
+
+	if h := len(r.Headers); h > 0 {
+		var hptrs []*corev3.HeaderValue
+		var hdrs []corev3.HeaderValue
+		if h <= len(b.hdrs) {
+			hptrs, hdrs = b.hdrPtrs[:h], b.hdrs[:h]
+		} else {
+			hptrs, hdrs = make([]*corev3.HeaderValue, h), make([]corev3.HeaderValue, h)
+		}
+		for i, hd := range r.Headers {
+			hdrs[i].Key, hdrs[i].Value = hd.Key, hd.Value
+			hptrs[i] = &hdrs[i]
+		}
+		resp.ResponseHeadersToAdd = hptrs
+	}
+	resp.RawBody = r.Body
+	return resp
+}
+
+// grow returns s resized to n, reusing its array when large enough.
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
