@@ -1,0 +1,283 @@
+// Package app wires tollgate together: settings, the descriptor reloader,
+// the store, the limiter, and the gRPC, HTTP and debug servers.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/tollgatehq/tollgate/pkg/algorithm"
+	"github.com/tollgatehq/tollgate/pkg/descriptor"
+	"github.com/tollgatehq/tollgate/pkg/httpapi"
+	"github.com/tollgatehq/tollgate/pkg/limiter"
+	"github.com/tollgatehq/tollgate/pkg/reload"
+	"github.com/tollgatehq/tollgate/pkg/rls"
+	"github.com/tollgatehq/tollgate/pkg/store"
+	"github.com/tollgatehq/tollgate/pkg/store/memory"
+	"github.com/tollgatehq/tollgate/pkg/telemetry"
+)
+
+// shutdownGrace bounds how long in-flight calls may take after a stop.
+const shutdownGrace = 5 * time.Second
+
+// App is a running tollgate: its listeners are bound by New, and Run serves
+// on them until its context ends.
+type App struct {
+	settings  Settings
+	logger    *slog.Logger
+	telemetry *telemetry.Telemetry
+	reloader  *reload.Reloader
+	rls       *rls.Server
+	grpc      *grpc.Server
+	http      *http.Server
+	debug     *http.Server
+
+	grpcLis, httpLis, debugLis net.Listener
+}
+
+// New loads the configuration, builds every component and binds the
+// listeners. It fails if the descriptor configuration is invalid.
+func New(ctx context.Context, s Settings, logger *slog.Logger) (*App, error) {
+	a := &App{settings: s, logger: logger}
+	if err := a.build(ctx); err != nil {
+		a.close()
+		return nil, err
+	}
+	return a, nil
+}
+
+func (a *App) build(ctx context.Context) error {
+	s := a.settings
+	kind, err := algorithm.ParseKind(s.DefaultAlgorithm)
+	if err != nil {
+		return err
+	}
+	style, err := limiter.ParseHeaderStyle(s.ResponseHeaders)
+	if err != nil {
+		return err
+	}
+	if a.telemetry, err = telemetry.Setup(ctx, telemetry.Options{}); err != nil {
+		return fmt.Errorf("setting up telemetry: %w", err)
+	}
+	meters := a.telemetry.MeterProvider()
+
+	a.reloader, err = reload.New(reload.Options{
+		Dir: s.ConfigDir,
+		Load: func(dir string) (*descriptor.Tree, error) {
+			return descriptor.Load(dir, descriptor.Options{DefaultAlgorithm: kind})
+		},
+		Logger:        a.logger.With("component", "reload"),
+		MeterProvider: meters,
+	})
+	if err != nil {
+		return fmt.Errorf("loading descriptor configuration: %w", err)
+	}
+
+	var st store.Store
+	switch s.Store {
+	case "memory":
+		st = memory.New(memory.Options{MaxKeys: s.MemoryMaxKeys})
+	default:
+		return fmt.Errorf("unknown store %q", s.Store)
+	}
+
+	lim, err := limiter.New(limiter.Options{
+		Store:            st,
+		Tree:             a.reloader.Current,
+		HeaderStyle:      style,
+		ShadowMode:       s.ShadowMode,
+		DefaultAlgorithm: kind,
+		Logger:           a.logger.With("component", "limiter"),
+		MeterProvider:    meters,
+	})
+	if err != nil {
+		return err
+	}
+
+	a.rls = rls.New(rls.Options{
+		Limiter:        lim,
+		MaxDescriptors: s.MaxDescriptors,
+		MaxEntries:     s.MaxEntries,
+		MaxKeyLen:      s.MaxKeyLen,
+		MaxValueLen:    s.MaxValueLen,
+		Logger:         a.logger.With("component", "rls"),
+	})
+	a.grpc = grpc.NewServer()
+	a.rls.Register(a.grpc)
+
+	a.http = &http.Server{
+		Handler: httpapi.New(httpapi.Options{
+			Limiter:     lim,
+			Validate:    a.rls.Validate,
+			JSON:        a.rls.JSONHandler(),
+			Metrics:     a.telemetry.Handler(),
+			Ready:       a.ready,
+			MaxBodySize: 1 << 20,
+			Logger:      a.logger.With("component", "http"),
+		}),
+		ReadHeaderTimeout: 5 * time.Second,
+	}
+	if s.DebugAddr != "" {
+		a.debug = &http.Server{Handler: a.debugHandler(), ReadHeaderTimeout: 5 * time.Second}
+	}
+
+	if a.grpcLis, err = net.Listen("tcp", s.GRPCAddr); err != nil {
+		return fmt.Errorf("listening for gRPC: %w", err)
+	}
+	if a.httpLis, err = net.Listen("tcp", s.HTTPAddr); err != nil {
+		return fmt.Errorf("listening for HTTP: %w", err)
+	}
+	if a.debug != nil {
+		if a.debugLis, err = net.Listen("tcp", s.DebugAddr); err != nil {
+			return fmt.Errorf("listening for debug: %w", err)
+		}
+	}
+	return nil
+}
+
+// ready reports whether the service can answer: it has a live tree.
+func (a *App) ready() error {
+	if a.reloader.Current() == nil {
+		return errors.New("no descriptor configuration loaded")
+	}
+	return nil
+}
+
+func (a *App) debugHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /debug/config", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		st := a.reloader.Status()
+		fmt.Fprintf(w, "# hash %s, loaded %s\n", st.Hash, st.LastSuccess.Format(time.RFC3339))
+		if st.LastError != nil {
+			fmt.Fprintf(w, "# last reload failed, previous configuration kept:\n# %v\n", st.LastError)
+		}
+		_, _ = io.WriteString(w, a.reloader.Current().String())
+	})
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
+}
+
+// Addrs returns the bound gRPC, HTTP and debug addresses ("" when the debug
+// server is disabled).
+func (a *App) Addrs() (grpcAddr, httpAddr, debugAddr string) {
+	if a.debugLis != nil {
+		debugAddr = a.debugLis.Addr().String()
+	}
+	return a.grpcLis.Addr().String(), a.httpLis.Addr().String(), debugAddr
+}
+
+// Run serves until ctx ends or a server fails, then shuts down gracefully:
+// health turns NOT_SERVING, in-flight calls get shutdownGrace to finish.
+func (a *App) Run(ctx context.Context) error {
+	defer a.close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	serve := func(name string, fn func() error) {
+		wg.Go(func() {
+			if err := fn(); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, grpc.ErrServerStopped) {
+				errs <- fmt.Errorf("%s server: %w", name, err)
+				cancel()
+			}
+		})
+	}
+	serve("gRPC", func() error { return a.grpc.Serve(a.grpcLis) })
+	serve("HTTP", func() error { return a.http.Serve(a.httpLis) })
+	if a.debug != nil {
+		serve("debug", func() error { return a.debug.Serve(a.debugLis) })
+	}
+	wg.Go(func() {
+		if err := a.reloader.Run(ctx); err != nil {
+			errs <- fmt.Errorf("config watcher: %w", err)
+			cancel()
+		}
+	})
+	wg.Go(func() { a.forwardSIGHUP(ctx) })
+
+	grpcAddr, httpAddr, debugAddr := a.Addrs()
+	a.logger.Info("tollgate serving", "grpc", grpcAddr, "http", httpAddr, "debug", debugAddr,
+		"store", a.settings.Store, "config_dir", a.settings.ConfigDir, "config_hash", a.reloader.Status().Hash)
+
+	<-ctx.Done()
+	a.shutdown()
+	wg.Wait()
+	close(errs)
+	return errors.Join(collect(errs)...)
+}
+
+// forwardSIGHUP turns SIGHUP into a forced reload until ctx ends.
+func (a *App) forwardSIGHUP(ctx context.Context) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			a.logger.Info("SIGHUP: reloading descriptor configuration")
+			a.reloader.Trigger()
+		}
+	}
+}
+
+func (a *App) shutdown() {
+	a.logger.Info("shutting down", "grace", shutdownGrace)
+	a.rls.SetServing(false)
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+
+	stopped := make(chan struct{})
+	go func() { a.grpc.GracefulStop(); close(stopped) }()
+	_ = a.http.Shutdown(ctx)
+	if a.debug != nil {
+		_ = a.debug.Shutdown(ctx)
+	}
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		a.logger.Warn("in-flight gRPC calls did not finish in time; closing them")
+		a.grpc.Stop()
+		<-stopped
+	}
+}
+
+// close releases what New acquired; it is safe on a partly built App.
+func (a *App) close() {
+	for _, l := range []net.Listener{a.grpcLis, a.httpLis, a.debugLis} {
+		if l != nil {
+			_ = l.Close()
+		}
+	}
+	if a.telemetry != nil {
+		_ = a.telemetry.Shutdown(context.Background())
+	}
+}
+
+func collect(errs <-chan error) []error {
+	var all []error
+	for err := range errs {
+		all = append(all, err)
+	}
+	return all
+}

@@ -1,0 +1,217 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/tollgatehq/tollgate/pkg/algorithm"
+	"github.com/tollgatehq/tollgate/pkg/descriptor"
+	"github.com/tollgatehq/tollgate/pkg/rlsclient"
+)
+
+const usage = `tollgate: a rate-limit service for Envoy.
+
+Usage:
+  tollgate [serve] [flags]        serve the RateLimitService (the default)
+  tollgate check DIR              validate a descriptor configuration directory
+  tollgate explain DIR --domain D --descriptor k=v,k2=v2
+                                  show which rule a descriptor resolves to, and why
+  tollgate query --addr HOST:PORT --domain D --descriptor k=v[,k2=v2] [--descriptor ...] [--hits N]
+                                  send one ShouldRateLimit call and print the answer
+
+Run "tollgate COMMAND --help" for a command's flags.
+`
+
+// Main runs the tollgate command line with args (without the program name)
+// and returns the process exit code. Only main calls os.Exit.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cmd := "serve"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
+	var err error
+	switch cmd {
+	case "serve":
+		err = serve(ctx, args, stderr)
+	case "check":
+		err = check(args, stdout)
+	case "explain":
+		err = explain(args, stdout)
+	case "query":
+		err = query(ctx, args, stdout)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "tollgate: unknown command %q\n\n%s", cmd, usage)
+		return 2
+	}
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, pflag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		fmt.Fprintf(stderr, "tollgate %s: %v\n", cmd, err)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "tollgate %s: %v\n", cmd, err)
+		return 1
+	}
+}
+
+var errUsage = errors.New("usage")
+
+func usageError(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, args...))
+}
+
+func newFlagSet(name string) *pflag.FlagSet {
+	fs := pflag.NewFlagSet("tollgate "+name, pflag.ContinueOnError)
+	fs.SortFlags = false
+	return fs
+}
+
+func serve(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := newFlagSet("serve")
+	settingsFlags(fs)
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError("unexpected arguments %q", fs.Args())
+	}
+	s, err := loadSettings(fs, os.Getenv)
+	if err != nil {
+		return err
+	}
+	logger, err := newLogger(s, stderr)
+	if err != nil {
+		return err
+	}
+	a, err := New(ctx, s, logger)
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx)
+}
+
+func newLogger(s Settings, w io.Writer) (*slog.Logger, error) {
+	level, err := parseLevel(s.LogLevel)
+	if err != nil {
+		return nil, err
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if s.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return slog.New(slog.NewTextHandler(w, opts)), nil
+}
+
+// loadDir loads a configuration directory for check and explain.
+func loadDir(fs *pflag.FlagSet, args []string) (*descriptor.Tree, error) {
+	alg := fs.String("default-algorithm", "token_bucket", "algorithm of rules that name none")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() != 1 {
+		return nil, usageError("want exactly one configuration directory, got %d arguments", fs.NArg())
+	}
+	kind, err := algorithm.ParseKind(*alg)
+	if err != nil {
+		return nil, usageError("%v", err)
+	}
+	return descriptor.Load(fs.Arg(0), descriptor.Options{DefaultAlgorithm: kind})
+}
+
+func check(args []string, stdout io.Writer) error {
+	tree, err := loadDir(newFlagSet("check"), args)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "ok: %d domains, hash %s\n", len(tree.Domains()), tree.Hash())
+	return nil
+}
+
+func explain(args []string, stdout io.Writer) error {
+	fs := newFlagSet("explain")
+	domain := fs.String("domain", "", "domain of the descriptor")
+	desc := fs.String("descriptor", "", "descriptor entries: k=v,k2=v2")
+	tree, err := loadDir(fs, args)
+	if err != nil {
+		return err
+	}
+	entries, err := parseDescriptor(*desc)
+	if err != nil {
+		return usageError("--descriptor: %v", err)
+	}
+	d := tree.Domain(*domain)
+	if d == nil {
+		return fmt.Errorf("domain %q is not configured (configured: %s); tollgate answers OK for every descriptor of an unknown domain",
+			*domain, strings.Join(tree.Domains(), ", "))
+	}
+	fmt.Fprint(stdout, d.Explain(entries).String())
+	return nil
+}
+
+func query(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := newFlagSet("query")
+	addr := fs.String("addr", "127.0.0.1:8081", "RateLimitService address")
+	domain := fs.String("domain", "", "domain of the request")
+	descs := fs.StringArray("descriptor", nil, "descriptor entries k=v,k2=v2; repeat for several descriptors")
+	hits := fs.Uint32("hits", 0, "request hits_addend (0 means 1)")
+	timeout := fs.Duration("timeout", 2*time.Second, "deadline of the call")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *domain == "" || len(*descs) == 0 {
+		return usageError("--domain and at least one --descriptor are required")
+	}
+	req := rlsclient.Request{Domain: *domain, Hits: *hits}
+	for _, d := range *descs {
+		entries, err := parseDescriptor(d)
+		if err != nil {
+			return usageError("--descriptor %q: %v", d, err)
+		}
+		req.Descriptors = append(req.Descriptors, entries)
+	}
+	client, err := rlsclient.Dial(*addr)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	resp, err := client.Query(ctx, req)
+	if err != nil {
+		return fmt.Errorf("querying %s: %w", *addr, err)
+	}
+	fmt.Fprint(stdout, rlsclient.Format(resp))
+	return nil
+}
+
+// parseDescriptor reads "k=v,k2=v2". A value may contain "=" but not ",";
+// an empty value ("k=") is legal, as in Envoy.
+func parseDescriptor(s string) ([]descriptor.Entry, error) {
+	if s == "" {
+		return nil, errors.New("empty descriptor")
+	}
+	var entries []descriptor.Entry
+	for part := range strings.SplitSeq(s, ",") {
+		key, value, ok := strings.Cut(part, "=")
+		if !ok || key == "" {
+			return nil, fmt.Errorf("entry %q is not key=value", part)
+		}
+		entries = append(entries, descriptor.Entry{Key: key, Value: value})
+	}
+	return entries, nil
+}

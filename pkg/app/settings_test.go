@@ -1,0 +1,105 @@
+package app
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestSettingsPrecedence(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "tollgate.yaml")
+	if err := os.WriteFile(file, []byte("grpc-addr: 127.0.0.1:1001\nhttp-addr: 127.0.0.1:2001\nlog-level: warn\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want func(Settings) string // returns "" when the settings are as expected
+	}{
+		{
+			name: "defaults",
+			want: func(s Settings) string {
+				return expect(s.GRPCAddr == ":8081" && s.HTTPAddr == ":8080" && s.DebugAddr == "127.0.0.1:6070" &&
+					s.Store == "memory" && s.DefaultAlgorithm == "token_bucket" && s.ResponseHeaders == "xratelimit", s)
+			},
+		},
+		{
+			name: "file over defaults",
+			args: []string{"--settings", file},
+			want: func(s Settings) string {
+				return expect(s.GRPCAddr == "127.0.0.1:1001" && s.LogLevel == "warn" && s.Store == "memory", s)
+			},
+		},
+		{
+			name: "environment over file",
+			args: []string{"--settings", file},
+			env:  map[string]string{"TOLLGATE_GRPC_ADDR": "127.0.0.1:1002", "TOLLGATE_SHADOW_MODE": "true"},
+			want: func(s Settings) string {
+				return expect(s.GRPCAddr == "127.0.0.1:1002" && s.HTTPAddr == "127.0.0.1:2001" && s.ShadowMode, s)
+			},
+		},
+		{
+			name: "flag over environment",
+			args: []string{"--settings", file, "--grpc-addr", "127.0.0.1:1003", "--memory-max-keys", "5"},
+			env:  map[string]string{"TOLLGATE_GRPC_ADDR": "127.0.0.1:1002", "TOLLGATE_MEMORY_MAX_KEYS": "7"},
+			want: func(s Settings) string {
+				return expect(s.GRPCAddr == "127.0.0.1:1003" && s.MemoryMaxKeys == 5, s)
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := newFlagSet("serve")
+			settingsFlags(fs)
+			if err := fs.Parse(tt.args); err != nil {
+				t.Fatal(err)
+			}
+			s, err := loadSettings(fs, func(k string) string { return tt.env[k] })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if msg := tt.want(s); msg != "" {
+				t.Error(msg)
+			}
+		})
+	}
+}
+
+func expect(ok bool, s Settings) string {
+	if ok {
+		return ""
+	}
+	return fmt.Sprintf("unexpected settings: %+v", s)
+}
+
+func TestSettingsErrors(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--store", "etcd"}, `store: unknown store "etcd" (want memory)`},
+		{[]string{"--default-algorithm", "leaky"}, `default-algorithm: unknown algorithm "leaky"`},
+		{[]string{"--response-headers", "fancy"}, `response-headers:`},
+		{[]string{"--log-format", "xml"}, `log-format: unknown format "xml" (want text or json)`},
+		{[]string{"--log-level", "loud"}, `log-level:`},
+		{[]string{"--max-descriptors", "0"}, `max-descriptors: must be positive, got 0`},
+		{[]string{"--config-dir", ""}, `config-dir: must not be empty`},
+		{[]string{"--settings", "/nonexistent/tollgate.yaml"}, `reading settings file /nonexistent/tollgate.yaml`},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			fs := newFlagSet("serve")
+			settingsFlags(fs)
+			if err := fs.Parse(tt.args); err != nil {
+				t.Fatal(err)
+			}
+			_, err := loadSettings(fs, func(string) string { return "" })
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error = %v, want it to contain %q", err, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,128 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/tollgatehq/tollgate/pkg/descriptor"
+	"github.com/tollgatehq/tollgate/pkg/limiter"
+	"github.com/tollgatehq/tollgate/pkg/store/memory"
+)
+
+const rules = `domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 2, algorithm: fixed_window}
+  - key: user
+    value: vip
+    action: allow
+`
+
+func newHandler(t *testing.T, ready func() error) http.Handler {
+	t.Helper()
+	tree, err := descriptor.LoadFS(fstest.MapFS{"api.yaml": {Data: []byte(rules)}}, descriptor.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := func() time.Time { return time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC) }
+	lim, err := limiter.New(limiter.Options{
+		Store:       memory.New(memory.Options{Now: now}),
+		Tree:        func() *descriptor.Tree { return tree },
+		HeaderStyle: limiter.HeadersXRateLimit,
+		Now:         now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	maxOne := func(r *limiter.Request) error {
+		if len(r.Descriptors) > 1 {
+			return errors.New("descriptors: 2 exceed the limit of 1")
+		}
+		return nil
+	}
+	return New(Options{Limiter: lim, Validate: maxOne, Ready: ready})
+}
+
+func post(h http.Handler, body string) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/check", strings.NewReader(body)))
+	return rec
+}
+
+func TestCheck(t *testing.T) {
+	h := newHandler(t, nil)
+	user := `{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"u1"}]}]}`
+	wantRemaining := []string{`"remaining":1`, `"remaining":0`}
+	for i, want := range wantRemaining {
+		rec := post(h, user)
+		if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), want) || !strings.Contains(rec.Body.String(), `"allowed":true`) {
+			t.Fatalf("call %d: %d %s, want 200 allowed with %s", i+1, rec.Code, rec.Body, want)
+		}
+		if got := rec.Header().Get("X-RateLimit-Remaining"); got != strings.TrimPrefix(want, `"remaining":`) {
+			t.Errorf("call %d: X-RateLimit-Remaining %q", i+1, got)
+		}
+	}
+	rec := post(h, user)
+	var out checkResponse
+	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
+		t.Fatal(err)
+	}
+	// The fixed window ends 30 s after the injected clock.
+	if rec.Code != http.StatusTooManyRequests || out.Allowed || out.Code != "OVER_LIMIT" || out.RetryAfterSeconds != 30 ||
+		rec.Header().Get("Retry-After") != "30" || out.Statuses[0].Limit.Algorithm != "fixed_window" {
+		t.Fatalf("third call: %d %s, headers %v; want 429 with Retry-After 30", rec.Code, rec.Body, rec.Header())
+	}
+
+	rec = post(h, `{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"vip"}]}]}`)
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"remaining":4294967295`) ||
+		rec.Header().Get("X-RateLimit-Policy") != "allowlist" {
+		t.Fatalf("allow-listed user: %d %s %v", rec.Code, rec.Body, rec.Header())
+	}
+}
+
+func TestCheckRejectsBadInput(t *testing.T) {
+	h := newHandler(t, nil)
+	tests := []struct{ body, want string }{
+		{`{`, "decoding request body"},
+		{`{"domain":"api","descriptors":[],"extra":1}`, `unknown field \"extra\"`},
+		{`{"descriptors":[{"entries":[{"key":"user","value":"u"}]}]}`, "empty domain"},
+		{`{"domain":"api"}`, "no descriptors"},
+		{`{"domain":"api","descriptors":[{"entries":[{"key":"","value":"u"}]}]}`, "descriptors[0].entries[0]: empty key"},
+		{`{"domain":"api","descriptors":[{"entries":[{"key":"a","value":"b"}]},{"entries":[{"key":"a","value":"b"}]}]}`, "exceed the limit of 1"},
+		{`{"domain":"api","descriptors":[{"entries":[{"key":"a","value":"` + strings.Repeat("x", 2<<20) + `"}]}]}`, "request body too large"},
+	}
+	for _, tt := range tests {
+		rec := post(h, tt.body)
+		if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), tt.want) {
+			t.Errorf("body %.60s: %d %s, want 400 containing %q", tt.body, rec.Code, rec.Body, tt.want)
+		}
+	}
+}
+
+func TestProbes(t *testing.T) {
+	var notReady error
+	h := newHandler(t, func() error { return notReady })
+	get := func(path string) int {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		return rec.Code
+	}
+	for _, path := range []string{"/healthz", "/readyz", "/healthcheck"} {
+		if code := get(path); code != http.StatusOK {
+			t.Errorf("GET %s = %d, want 200", path, code)
+		}
+	}
+	notReady = errors.New("no configuration")
+	if code := get("/readyz"); code != http.StatusServiceUnavailable {
+		t.Errorf("GET /readyz when not ready = %d, want 503", code)
+	}
+	if code := get("/healthz"); code != http.StatusOK {
+		t.Errorf("GET /healthz when not ready = %d, want 200 (liveness)", code)
+	}
+}

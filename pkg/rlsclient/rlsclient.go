@@ -1,0 +1,97 @@
+// Package rlsclient calls any Envoy RateLimitService (tollgate or another)
+// over gRPC. The query and bench commands use it.
+package rlsclient
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/tollgatehq/tollgate/pkg/descriptor"
+)
+
+// Request is one ShouldRateLimit call in plain values.
+type Request struct {
+	Domain      string
+	Descriptors [][]descriptor.Entry
+	Hits        uint32 // request hits_addend; 0 means 1
+}
+
+// Proto returns r as Envoy's request message.
+func (r Request) Proto() *rlsv3.RateLimitRequest {
+	req := &rlsv3.RateLimitRequest{Domain: r.Domain, HitsAddend: r.Hits}
+	for _, entries := range r.Descriptors {
+		d := &ratelimitv3.RateLimitDescriptor{}
+		for _, e := range entries {
+			d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: e.Key, Value: e.Value})
+		}
+		req.Descriptors = append(req.Descriptors, d)
+	}
+	return req
+}
+
+// Client is a connection to a RateLimitService.
+type Client struct {
+	conn *grpc.ClientConn
+	rls  rlsv3.RateLimitServiceClient
+}
+
+// Dial connects to addr over plain-text HTTP/2, as Envoy does by default.
+func Dial(addr string) (*Client, error) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("connecting to %s: %w", addr, err)
+	}
+	return &Client{conn: conn, rls: rlsv3.NewRateLimitServiceClient(conn)}, nil
+}
+
+// Conn returns the underlying connection, for other services on it.
+func (c *Client) Conn() *grpc.ClientConn { return c.conn }
+
+// Close closes the connection.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// Query sends one ShouldRateLimit call.
+func (c *Client) Query(ctx context.Context, r Request) (*rlsv3.RateLimitResponse, error) {
+	return c.rls.ShouldRateLimit(ctx, r.Proto())
+}
+
+// Format renders a response for people: the overall code, one line per
+// descriptor status, then the headers and body the service asked for.
+func Format(resp *rlsv3.RateLimitResponse) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "overall: %s\n", resp.GetOverallCode())
+	for i, st := range resp.GetStatuses() {
+		fmt.Fprintf(&b, "descriptor %d: %s", i, st.GetCode())
+		if l := st.GetCurrentLimit(); l != nil {
+			per := strings.ToLower(l.GetUnit().String())
+			if m := l.GetUnitMultiplier().GetValue(); m > 1 {
+				per = fmt.Sprintf("%d %ss", m, per)
+			}
+			name := ""
+			if l.GetName() != "" {
+				name = fmt.Sprintf(" (%s)", l.GetName())
+			}
+			fmt.Fprintf(&b, ", limit %d per %s%s, remaining %d, reset in %s",
+				l.GetRequestsPerUnit(), per, name, st.GetLimitRemaining(), st.GetDurationUntilReset().AsDuration())
+		} else {
+			b.WriteString(", no limit applies")
+		}
+		b.WriteByte('\n')
+	}
+	for _, h := range resp.GetResponseHeadersToAdd() {
+		fmt.Fprintf(&b, "header: %s: %s\n", h.GetKey(), h.GetValue())
+	}
+	for _, h := range resp.GetRequestHeadersToAdd() {
+		fmt.Fprintf(&b, "upstream header: %s: %s\n", h.GetKey(), h.GetValue())
+	}
+	if body := resp.GetRawBody(); len(body) > 0 {
+		fmt.Fprintf(&b, "body: %s\n", body)
+	}
+	return b.String()
+}
