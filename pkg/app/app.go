@@ -79,7 +79,7 @@ func (a *App) build(ctx context.Context) error {
 		Load: func(dir string) (*descriptor.Tree, error) {
 			return descriptor.Load(dir, descriptor.Options{DefaultAlgorithm: kind})
 		},
-		Logger:        a.logger.With("component", "reload"),
+		Logger:        a.logger,
 		MeterProvider: meters,
 	})
 	if err != nil {
@@ -100,7 +100,7 @@ func (a *App) build(ctx context.Context) error {
 		HeaderStyle:      style,
 		ShadowMode:       s.ShadowMode,
 		DefaultAlgorithm: kind,
-		Logger:           a.logger.With("component", "limiter"),
+		Logger:           a.logger,
 		MeterProvider:    meters,
 	})
 	if err != nil {
@@ -113,7 +113,7 @@ func (a *App) build(ctx context.Context) error {
 		MaxEntries:     s.MaxEntries,
 		MaxKeyLen:      s.MaxKeyLen,
 		MaxValueLen:    s.MaxValueLen,
-		Logger:         a.logger.With("component", "rls"),
+		Logger:         a.logger,
 	})
 	a.grpc = grpc.NewServer()
 	a.rls.Register(a.grpc)
@@ -126,7 +126,7 @@ func (a *App) build(ctx context.Context) error {
 			Metrics:     a.telemetry.Handler(),
 			Ready:       a.ready,
 			MaxBodySize: 1 << 20,
-			Logger:      a.logger.With("component", "http"),
+			Logger:      a.logger,
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 	}

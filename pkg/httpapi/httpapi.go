@@ -51,6 +51,7 @@ func New(opts Options) http.Handler {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	opts.Logger = opts.Logger.With("component", "http")
 	h := &handler{opts: opts}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/check", h.check)
