@@ -32,7 +32,7 @@ redis: ## Install redis-server and redis-tools with apt-get when they are missin
 
 .PHONY: bench
 bench: ## Run the Go benchmarks with allocation counts.
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
+	$(GO) test -p 1 -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each.
