@@ -4,12 +4,14 @@ package rlsclient
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
@@ -56,6 +58,27 @@ func (c *Client) Conn() *grpc.ClientConn { return c.conn }
 // Close closes the connection.
 func (c *Client) Close() error { return c.conn.Close() }
 
+// WaitReady connects and waits until the connection is ready. It returns an
+// error as soon as the first attempt fails (for example, connection refused)
+// instead of retrying until ctx ends, so a wrong address is reported at once.
+func (c *Client) WaitReady(ctx context.Context) error {
+	c.conn.Connect()
+	for {
+		state := c.conn.GetState()
+		switch state {
+		case connectivity.Ready:
+			return nil
+		case connectivity.TransientFailure:
+			return fmt.Errorf("connecting to %s: connection failed (is a RateLimitService listening there?)", c.conn.Target())
+		case connectivity.Shutdown:
+			return fmt.Errorf("connecting to %s: connection is closed", c.conn.Target())
+		}
+		if !c.conn.WaitForStateChange(ctx, state) {
+			return fmt.Errorf("connecting to %s: %w", c.conn.Target(), ctx.Err())
+		}
+	}
+}
+
 // Query sends one ShouldRateLimit call.
 func (c *Client) Query(ctx context.Context, r Request) (*rlsv3.RateLimitResponse, error) {
 	return c.rls.ShouldRateLimit(ctx, r.Proto())
@@ -94,4 +117,21 @@ func Format(resp *rlsv3.RateLimitResponse) string {
 		fmt.Fprintf(&b, "body: %s\n", body)
 	}
 	return b.String()
+}
+
+// ParseDescriptor reads descriptor entries written as "k=v,k2=v2". A value
+// may contain "=" but not ","; an empty value ("k=") is legal, as in Envoy.
+func ParseDescriptor(s string) ([]descriptor.Entry, error) {
+	if s == "" {
+		return nil, errors.New("empty descriptor")
+	}
+	var entries []descriptor.Entry
+	for part := range strings.SplitSeq(s, ",") {
+		key, value, ok := strings.Cut(part, "=")
+		if !ok || key == "" {
+			return nil, fmt.Errorf("entry %q is not key=value", part)
+		}
+		entries = append(entries, descriptor.Entry{Key: key, Value: value})
+	}
+	return entries, nil
 }
