@@ -205,6 +205,12 @@ func TestApplyKeepsCallerLog(t *testing.T) {
 			if !slices.Equal(next.Log, again.Log) {
 				t.Fatalf("Apply on the same state gave %v, then %v", next.Log, again.Log)
 			}
+			// Nor may a hit on the new state write into the old one: a batch
+			// that is rejected later keeps the old state.
+			algorithm.Apply(l, next, tt.now+1, 1)
+			if s.Log[0] != t0 || s.Log[1] != t0+10 || len(s.Log) != 2 {
+				t.Fatalf("a hit on the new state changed the caller's log to %v", s.Log)
+			}
 		})
 	}
 }
