@@ -31,8 +31,9 @@ redis: ## Install redis-server and redis-tools with apt-get when they are missin
 		  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools >/dev/null; }
 
 .PHONY: bench
-bench: ## Run the Go benchmarks with allocation counts.
+bench: build redis ## Run the Go benchmarks, then the Redis load test (tollgate bench, pinned cores).
 	$(GO) test -p 1 -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
+	$(GO) run ./integration/loadtest -bin $(BIN)
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each.

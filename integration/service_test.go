@@ -42,18 +42,28 @@ type service struct {
 	client    *rlsclient.Client
 }
 
-// startService runs an App on loopback ports serving the rules in files.
-func startService(t *testing.T, files map[string]string, extraArgs ...string) *service {
+// startService runs an App on loopback ports serving the rules in files,
+// with the memory store unless tweak changes the settings.
+func startService(t *testing.T, files map[string]string, tweak ...func(*app.Settings)) *service {
 	t.Helper()
 	dir := t.TempDir()
 	for name, body := range files {
 		writeFile(t, filepath.Join(dir, name), body)
 	}
+	return startServiceIn(t, dir, tweak...)
+}
+
+// startServiceIn runs an App serving the rules already in dir.
+func startServiceIn(t *testing.T, dir string, tweak ...func(*app.Settings)) *service {
+	t.Helper()
 	s := app.Settings{
 		ConfigDir: dir, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
 		Store: "memory", DefaultAlgorithm: "token_bucket", ResponseHeaders: "xratelimit",
 		LogLevel: "info", LogFormat: "text", MemoryMaxKeys: 10000,
 		MaxDescriptors: 8, MaxEntries: 8, MaxKeyLen: 64, MaxValueLen: 256, DebugAddr: "127.0.0.1:0",
+	}
+	for _, f := range tweak {
+		f(&s)
 	}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx, cancel := context.WithCancel(context.Background())

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
 
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
@@ -27,6 +28,7 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/rls"
 	"github.com/tollgatehq/tollgate/pkg/store"
 	"github.com/tollgatehq/tollgate/pkg/store/memory"
+	"github.com/tollgatehq/tollgate/pkg/store/redis"
 	"github.com/tollgatehq/tollgate/pkg/telemetry"
 )
 
@@ -46,6 +48,9 @@ type App struct {
 	debug     *http.Server
 
 	grpcLis, httpLis, debugLis net.Listener
+	// closers release the store's resources after the servers stop, last
+	// acquired first.
+	closers []func() error
 }
 
 // New loads the configuration, builds every component and binds the
@@ -86,12 +91,9 @@ func (a *App) build(ctx context.Context) error {
 		return fmt.Errorf("loading descriptor configuration: %w", err)
 	}
 
-	var st store.Store
-	switch s.Store {
-	case "memory":
-		st = memory.New(memory.Options{MaxKeys: s.MemoryMaxKeys})
-	default:
-		return fmt.Errorf("unknown store %q", s.Store)
+	st, err := a.newStore(meters)
+	if err != nil {
+		return err
 	}
 
 	lim, err := limiter.New(limiter.Options{
@@ -146,6 +148,40 @@ func (a *App) build(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// newStore builds the store the settings choose; the one switch over
+// backends.
+func (a *App) newStore(meters metric.MeterProvider) (store.Store, error) {
+	s := a.settings
+	switch s.Store {
+	case "memory":
+		return memory.New(memory.Options{MaxKeys: s.MemoryMaxKeys}), nil
+	case "redis":
+		cfg, err := s.redisConfig()
+		if err != nil {
+			return nil, err
+		}
+		client, err := redis.NewClient(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("redis: %w", err)
+		}
+		a.closers = append(a.closers, client.Close)
+		st, err := redis.New(redis.Options{
+			Client:        client,
+			KeyPrefix:     s.RedisKeyPrefix,
+			BatchWindow:   s.RedisBatchWindow,
+			Logger:        a.logger,
+			MeterProvider: meters,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("redis: %w", err)
+		}
+		a.closers = append(a.closers, st.Close)
+		a.logger.Info("counting in redis", "redis", cfg)
+		return st, nil
+	}
+	return nil, fmt.Errorf("unknown store %q", s.Store)
 }
 
 // ready reports whether the service can answer: it has a live tree.
@@ -269,6 +305,12 @@ func (a *App) close() {
 			_ = l.Close()
 		}
 	}
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		if err := a.closers[i](); err != nil {
+			a.logger.Warn("closing the store", "err", err)
+		}
+	}
+	a.closers = nil
 	if a.telemetry != nil {
 		_ = a.telemetry.Shutdown(context.Background())
 	}

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
+	"github.com/tollgatehq/tollgate/pkg/loadgen"
 	"github.com/tollgatehq/tollgate/pkg/rlsclient"
 )
 
@@ -26,6 +28,8 @@ Usage:
                                   show which rule a descriptor resolves to, and why
   tollgate query --addr HOST:PORT --domain D --descriptor k=v[,k2=v2] [--descriptor ...] [--hits N]
                                   send one ShouldRateLimit call and print the answer
+  tollgate bench --addr HOST:PORT --domain D --descriptor 'api_key=k{key}' [-c N] [--rate R] ...
+                                  load any RateLimitService and print JSON results
 
 Run "tollgate COMMAND --help" for a command's flags.
 `
@@ -47,6 +51,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = explain(args, stdout)
 	case "query":
 		err = query(ctx, args, stdout)
+	case "bench":
+		err = bench(ctx, args, stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -150,7 +156,7 @@ func explain(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	entries, err := parseDescriptor(*desc)
+	entries, err := rlsclient.ParseDescriptor(*desc)
 	if err != nil {
 		return usageError("--descriptor: %v", err)
 	}
@@ -178,7 +184,7 @@ func query(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	req := rlsclient.Request{Domain: *domain, Hits: *hits}
 	for _, d := range *descs {
-		entries, err := parseDescriptor(d)
+		entries, err := rlsclient.ParseDescriptor(d)
 		if err != nil {
 			return usageError("--descriptor %q: %v", d, err)
 		}
@@ -199,19 +205,26 @@ func query(ctx context.Context, args []string, stdout io.Writer) error {
 	return nil
 }
 
-// parseDescriptor reads "k=v,k2=v2". A value may contain "=" but not ",";
-// an empty value ("k=") is legal, as in Envoy.
-func parseDescriptor(s string) ([]descriptor.Entry, error) {
-	if s == "" {
-		return nil, errors.New("empty descriptor")
+func bench(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := newFlagSet("bench")
+	var opts loadgen.Options
+	opts.Flags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
 	}
-	var entries []descriptor.Entry
-	for part := range strings.SplitSeq(s, ",") {
-		key, value, ok := strings.Cut(part, "=")
-		if !ok || key == "" {
-			return nil, fmt.Errorf("entry %q is not key=value", part)
+	if fs.NArg() > 0 {
+		return usageError("unexpected arguments %q", fs.Args())
+	}
+	res, err := loadgen.Run(ctx, opts)
+	if errors.Is(err, loadgen.ErrInvalidOptions) {
+		return usageError("%v", err)
+	}
+	if res != nil {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if encErr := enc.Encode(res); encErr != nil && err == nil {
+			err = encErr
 		}
-		entries = append(entries, descriptor.Entry{Key: key, Value: value})
 	}
-	return entries, nil
+	return err
 }

@@ -4,13 +4,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
 	"github.com/tollgatehq/tollgate/pkg/limiter"
+	"github.com/tollgatehq/tollgate/pkg/store/redis"
 )
 
 // Settings configure `tollgate serve`. They come from flags, TOLLGATE_*
@@ -27,6 +30,24 @@ type Settings struct {
 	LogLevel         string `mapstructure:"log-level"`
 	LogFormat        string `mapstructure:"log-format"`
 
+	RedisType          string        `mapstructure:"redis-type"`
+	RedisAddrs         []string      `mapstructure:"redis-addrs"`
+	RedisMasterName    string        `mapstructure:"redis-master-name"`
+	RedisDB            int           `mapstructure:"redis-db"`
+	RedisUsername      string        `mapstructure:"redis-username"`
+	RedisPassword      Secret        `mapstructure:"redis-password"` // TOLLGATE_REDIS_PASSWORD or the settings file; never a flag
+	RedisPasswordFile  string        `mapstructure:"redis-password-file"`
+	RedisTLS           bool          `mapstructure:"redis-tls"`
+	RedisTLSCA         string        `mapstructure:"redis-tls-ca"`
+	RedisTLSCert       string        `mapstructure:"redis-tls-cert"`
+	RedisTLSKey        string        `mapstructure:"redis-tls-key"`
+	RedisTLSServerName string        `mapstructure:"redis-tls-server-name"`
+	RedisPoolSize      int           `mapstructure:"redis-pool-size"`
+	RedisDialTimeout   time.Duration `mapstructure:"redis-dial-timeout"`
+	RedisTimeout       time.Duration `mapstructure:"redis-timeout"`
+	RedisKeyPrefix     string        `mapstructure:"redis-key-prefix"`
+	RedisBatchWindow   time.Duration `mapstructure:"redis-batch-window"`
+
 	MemoryMaxKeys  int `mapstructure:"memory-max-keys"`
 	MaxDescriptors int `mapstructure:"max-descriptors"`
 	MaxEntries     int `mapstructure:"max-entries"`
@@ -41,12 +62,28 @@ func settingsFlags(fs *pflag.FlagSet) {
 	fs.String("grpc-addr", ":8081", "gRPC listen address (RateLimitService and health)")
 	fs.String("http-addr", ":8080", "HTTP listen address (/json, /v1/check, health, /metrics)")
 	fs.String("debug-addr", "127.0.0.1:6070", "debug listen address (/debug/config, pprof); empty disables it")
-	fs.String("store", "memory", "counter store: memory")
+	fs.String("store", "memory", "counter store: memory (embedded, one instance) or redis (shared by a fleet)")
 	fs.String("default-algorithm", "token_bucket", "algorithm of rules that name none: token_bucket, fixed_window, sliding_window_counter, sliding_window_log")
 	fs.Bool("shadow-mode", false, "count and report, but never reject (global shadow mode)")
 	fs.String("response-headers", "xratelimit", "rate-limit response headers: none, draft03, xratelimit, ietf")
 	fs.String("log-level", "info", "log level: debug, info, warn, error")
 	fs.String("log-format", "text", "log format: text, json")
+	fs.String("redis-type", "single", "redis deployment: single, sentinel or cluster")
+	fs.StringSlice("redis-addrs", []string{"127.0.0.1:6379"}, "redis addresses (host:port, or a redis:// or rediss:// URL for single); sentinel: the sentinels; cluster: seed nodes")
+	fs.String("redis-master-name", "", "sentinel: the monitored master's name")
+	fs.Int("redis-db", 0, "redis database number (single and sentinel)")
+	fs.String("redis-username", "", "redis ACL user name")
+	fs.String("redis-password-file", "", "file holding the redis password (or set TOLLGATE_REDIS_PASSWORD)")
+	fs.Bool("redis-tls", false, "connect to redis over TLS")
+	fs.String("redis-tls-ca", "", "PEM file of the CA that signed the redis server certificate (default: system roots)")
+	fs.String("redis-tls-cert", "", "PEM client certificate for mutual TLS")
+	fs.String("redis-tls-key", "", "PEM client key for mutual TLS")
+	fs.String("redis-tls-server-name", "", "server name to verify in the redis certificate (default: the address host)")
+	fs.Int("redis-pool-size", 0, "connections per redis node (0: go-redis default, 10 per CPU)")
+	fs.Duration("redis-dial-timeout", time.Second, "redis connect timeout")
+	fs.Duration("redis-timeout", 100*time.Millisecond, "redis read and write timeout")
+	fs.String("redis-key-prefix", "tg", "prefix of every redis key")
+	fs.Duration("redis-batch-window", 0, "how long concurrent decisions wait to share a redis round trip (0: the store's default; negative: no batching)")
 	fs.Int("memory-max-keys", 1_000_000, "memory store: most counters kept; the idlest are evicted beyond it")
 	fs.Int("max-descriptors", 64, "most descriptors in one request")
 	fs.Int("max-entries", 32, "most entries in one descriptor")
@@ -61,9 +98,13 @@ func loadSettings(fs *pflag.FlagSet, getenv func(string) string) (Settings, erro
 	if err := v.BindPFlags(fs); err != nil {
 		return Settings{}, err
 	}
-	// Bind each setting to its TOLLGATE_* variable explicitly, reading through
-	// getenv so tests need not touch the process environment.
+	// An environment variable beats the settings file but not a flag given
+	// on the command line. It is read through getenv so tests need not
+	// touch the process environment.
 	for _, key := range v.AllKeys() {
+		if fs.Changed(key) {
+			continue
+		}
 		name := "TOLLGATE_" + strings.ToUpper(strings.ReplaceAll(key, "-", "_"))
 		if val := getenv(name); val != "" {
 			v.Set(key, val)
@@ -75,11 +116,19 @@ func loadSettings(fs *pflag.FlagSet, getenv func(string) string) (Settings, erro
 			return Settings{}, fmt.Errorf("reading settings file %s: %w", path, err)
 		}
 	}
-	// Flags given on the command line win over the environment.
-	fs.Visit(func(f *pflag.Flag) { v.Set(f.Name, f.Value.String()) })
 	var s Settings
 	if err := v.Unmarshal(&s); err != nil {
 		return Settings{}, fmt.Errorf("decoding settings: %w", err)
+	}
+	if pw := getenv("TOLLGATE_REDIS_PASSWORD"); pw != "" {
+		s.RedisPassword = Secret(pw)
+	}
+	if s.RedisPasswordFile != "" {
+		data, err := os.ReadFile(s.RedisPasswordFile)
+		if err != nil {
+			return Settings{}, fmt.Errorf("redis-password-file: %w", err)
+		}
+		s.RedisPassword = Secret(strings.TrimRight(string(data), "\r\n"))
 	}
 	return s, s.validate()
 }
@@ -90,8 +139,14 @@ func (s Settings) validate() error {
 	if s.ConfigDir == "" {
 		errs = append(errs, errors.New("config-dir: must not be empty"))
 	}
-	if s.Store != "memory" {
-		errs = append(errs, fmt.Errorf("store: unknown store %q (want memory)", s.Store))
+	switch s.Store {
+	case "memory":
+	case "redis":
+		if _, err := s.redisConfig(); err != nil {
+			errs = append(errs, err)
+		}
+	default:
+		errs = append(errs, fmt.Errorf("store: unknown store %q (want memory or redis)", s.Store))
 	}
 	if _, err := algorithm.ParseKind(s.DefaultAlgorithm); err != nil {
 		errs = append(errs, fmt.Errorf("default-algorithm: %w", err))
@@ -118,6 +173,38 @@ func (s Settings) validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// redisConfig returns the redis client settings, checked.
+func (s Settings) redisConfig() (redis.ClientConfig, error) {
+	cfg := redis.ClientConfig{
+		Type: s.RedisType, Addrs: s.RedisAddrs, MasterName: s.RedisMasterName, DB: s.RedisDB,
+		Username: s.RedisUsername, Password: string(s.RedisPassword),
+		TLS: s.RedisTLS, CAFile: s.RedisTLSCA, CertFile: s.RedisTLSCert, KeyFile: s.RedisTLSKey, ServerName: s.RedisTLSServerName,
+		PoolSize: s.RedisPoolSize, DialTimeout: s.RedisDialTimeout, ReadTimeout: s.RedisTimeout, WriteTimeout: s.RedisTimeout,
+	}
+	if err := cfg.Validate(); err != nil {
+		return redis.ClientConfig{}, fmt.Errorf("redis: %w", err)
+	}
+	return cfg, nil
+}
+
+// Secret is a setting that must never be printed: it formats and logs as
+// "[redacted]".
+type Secret string
+
+// String returns "[redacted]", or "" for an empty secret.
+func (s Secret) String() string {
+	if s == "" {
+		return ""
+	}
+	return "[redacted]"
+}
+
+// GoString keeps %#v from printing the secret.
+func (s Secret) GoString() string { return s.String() }
+
+// LogValue keeps slog from printing the secret.
+func (s Secret) LogValue() slog.Value { return slog.StringValue(s.String()) }
 
 func parseLevel(s string) (slog.Level, error) {
 	var l slog.Level

@@ -2,6 +2,7 @@ package app
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -42,6 +43,21 @@ func TestSettingsPrecedence(t *testing.T) {
 			},
 		},
 		{
+			name: "list from flag and from environment",
+			args: []string{"--redis-addrs", "a:1,b:2"},
+			env:  map[string]string{"TOLLGATE_REDIS_ADDRS": "c:3"},
+			want: func(s Settings) string {
+				return expect(len(s.RedisAddrs) == 2 && s.RedisAddrs[1] == "b:2", s)
+			},
+		},
+		{
+			name: "list from environment",
+			env:  map[string]string{"TOLLGATE_REDIS_ADDRS": "c:3,d:4"},
+			want: func(s Settings) string {
+				return expect(len(s.RedisAddrs) == 2 && s.RedisAddrs[0] == "c:3", s)
+			},
+		},
+		{
 			name: "flag over environment",
 			args: []string{"--settings", file, "--grpc-addr", "127.0.0.1:1003", "--memory-max-keys", "5"},
 			env:  map[string]string{"TOLLGATE_GRPC_ADDR": "127.0.0.1:1002", "TOLLGATE_MEMORY_MAX_KEYS": "7"},
@@ -68,6 +84,45 @@ func TestSettingsPrecedence(t *testing.T) {
 	}
 }
 
+func TestRedisPassword(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "pw")
+	if err := os.WriteFile(file, []byte("from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"environment", nil, map[string]string{"TOLLGATE_REDIS_PASSWORD": "from-env"}, "from-env"},
+		{"file wins", []string{"--redis-password-file", file}, map[string]string{"TOLLGATE_REDIS_PASSWORD": "from-env"}, "from-file"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := newFlagSet("serve")
+			settingsFlags(fs)
+			if err := fs.Parse(append(tt.args, "--store", "redis")); err != nil {
+				t.Fatal(err)
+			}
+			s, err := loadSettings(fs, func(k string) string { return tt.env[k] })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(s.RedisPassword) != tt.want {
+				t.Fatalf("password %q, want %q", string(s.RedisPassword), tt.want)
+			}
+			var logged strings.Builder
+			slog.New(slog.NewTextHandler(&logged, nil)).Info("settings", "settings", s, "password", s.RedisPassword)
+			for _, out := range []string{fmt.Sprintf("%v %+v %#v %s", s, s, s, s.RedisPassword), logged.String()} {
+				if strings.Contains(out, tt.want) {
+					t.Fatalf("the password leaks into %q", out)
+				}
+			}
+		})
+	}
+}
+
 func expect(ok bool, s Settings) string {
 	if ok {
 		return ""
@@ -80,7 +135,7 @@ func TestSettingsErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--store", "etcd"}, `store: unknown store "etcd" (want memory)`},
+		{[]string{"--store", "etcd"}, `store: unknown store "etcd" (want memory or redis)`},
 		{[]string{"--default-algorithm", "leaky"}, `default-algorithm: unknown algorithm "leaky"`},
 		{[]string{"--response-headers", "fancy"}, `response-headers:`},
 		{[]string{"--log-format", "xml"}, `log-format: unknown format "xml" (want text or json)`},
