@@ -35,7 +35,7 @@ func applySlidingWindowLog(l Limit, s State, now, cost int64) (State, Verdict) {
 		if cost > -m {
 			m = -cost
 		}
-		live = live[:count-m:count-m] // a later append must not write into s.Log
+		live = live[: count-m : count-m] // a later append must not write into s.Log
 	case r == 0 || cost > r:
 		return s, never(v, p)
 	case count+n > r:
