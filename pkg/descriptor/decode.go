@@ -94,7 +94,36 @@ type parser struct {
 	// exhausted is set once the budget or the error limit is reached;
 	// decoding then stops.
 	exhausted bool
+	fieldSlab slab[field]
 }
+
+// slab hands out values and slices carved from larger blocks. Decoding
+// allocates many small values that live and die together: a slice of
+// fields for every mapping of a file, dropped when the file is decoded,
+// and a node, a rule and its limits for every descriptor, kept as long as
+// the tree. A block for many costs the allocator and the collector much
+// less than one allocation each. Blocks grow from a few values, so a small
+// configuration stays small.
+type slab[T any] struct {
+	free  []T
+	block int // length of the last block
+}
+
+const maxSlabBlock = 256
+
+// take returns a zeroed slice of n values whose capacity is n.
+func (s *slab[T]) take(n int) []T {
+	if n > len(s.free) {
+		s.block = min(max(2*s.block, 8), maxSlabBlock)
+		s.free = make([]T, max(n, s.block))
+	}
+	out := s.free[:n:n]
+	s.free = s.free[n:]
+	return out
+}
+
+// new returns a pointer to a zeroed value.
+func (s *slab[T]) new() *T { return &s.take(1)[0] }
 
 func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
 	line := 0
@@ -198,24 +227,29 @@ func (p *parser) parseFile(data []byte) *Domain {
 // once the caller knows the descriptor's path. It returns nil if n is not a
 // mapping.
 func (p *parser) fields(n *yaml.Node, path, what string, allowed fieldSet) fields {
-	out := make(fields, 0, len(n.Content)/2)
+	return p.fieldsAt(n, func() string { return path }, what, allowed)
+}
+
+// fieldsAt is fields with the path built only for an error.
+func (p *parser) fieldsAt(n *yaml.Node, path func() string, what string, allowed fieldSet) fields {
+	out := fields(p.fieldSlab.take(len(n.Content) / 2)[:0])
 	if !p.collect(n, path, what, allowed, &out, false, 0) {
 		return nil
 	}
 	return out
 }
 
-func (p *parser) collect(n *yaml.Node, path, what string, allowed fieldSet, out *fields, merged bool, depth int) bool {
+func (p *parser) collect(n *yaml.Node, path func() string, what string, allowed fieldSet, out *fields, merged bool, depth int) bool {
 	n = p.resolve(n)
 	if n == nil {
 		return false
 	}
 	if n.Kind != yaml.MappingNode {
-		p.errorf(n, path, "%s: want a mapping, got %s", what, describe(n))
+		p.errorf(n, path(), "%s: want a mapping, got %s", what, describe(n))
 		return false
 	}
 	if depth > maxDepth {
-		p.errorf(n, path, "%s: merge keys nested more than %d deep", what, maxDepth)
+		p.errorf(n, path(), "%s: merge keys nested more than %d deep", what, maxDepth)
 		return false
 	}
 	var merges []*yaml.Node
@@ -226,7 +260,7 @@ func (p *parser) collect(n *yaml.Node, path, what string, allowed fieldSet, out 
 			return false
 		}
 		if k.Kind != yaml.ScalarNode {
-			p.errorf(k, path, "%s: a field name must be a plain string, got %s", what, describe(k))
+			p.errorf(k, path(), "%s: a field name must be a plain string, got %s", what, describe(k))
 			continue
 		}
 		if k.ShortTag() == "!!merge" {
@@ -285,14 +319,25 @@ func describe(n *yaml.Node) string {
 	return "a YAML document"
 }
 
+// fieldName names a field in messages, such as "rate_limit.unit", or just
+// name when ctx is empty. The field decoders take ctx and name apart and
+// join them only for a message: a large tree would otherwise build such a
+// string for every field it decodes.
+func fieldName(ctx, name string) string {
+	if ctx == "" {
+		return name
+	}
+	return ctx + "." + name
+}
+
 // str decodes a string field. Any scalar is accepted and taken as written,
 // so "value: 200" is the string "200"; null reads as unset.
-func (p *parser) str(f *field, path, ctx string) (string, bool) {
+func (p *parser) str(f *field, path, ctx, name string) (string, bool) {
 	if f == nil {
 		return "", false
 	}
 	if f.val.Kind != yaml.ScalarNode {
-		p.errorf(f.val, path, "%s: want a string, got %s", ctx, describe(f.val))
+		p.errorf(f.val, path, "%s: want a string, got %s", fieldName(ctx, name), describe(f.val))
 		return "", false
 	}
 	if f.val.ShortTag() == "!!null" {
@@ -303,35 +348,42 @@ func (p *parser) str(f *field, path, ctx string) (string, bool) {
 
 // boolean decodes a true/false field; YAML 1.1 spellings such as "yes" are
 // accepted, as envoyproxy/ratelimit's YAML library does.
-func (p *parser) boolean(f *field, path, ctx string) bool {
+func (p *parser) boolean(f *field, path, ctx, name string) bool {
 	if f == nil {
 		return false
 	}
+	if f.val.Kind == yaml.ScalarNode && (f.val.Value == "true" || f.val.Value == "false") && f.val.ShortTag() == "!!bool" {
+		return f.val.Value == "true" // what Decode gives, without reflection
+	}
 	var b bool
 	if f.val.Kind != yaml.ScalarNode || f.val.Decode(&b) != nil {
-		p.errorf(f.val, path, "%s: want true or false, got %s", ctx, describe(f.val))
+		p.errorf(f.val, path, "%s: want true or false, got %s", fieldName(ctx, name), describe(f.val))
 		return false
 	}
 	return b
 }
 
 // uint32Field decodes a whole number between 0 and MaxUint32.
-func (p *parser) uint32Field(f *field, path, ctx string) (uint32, bool) {
+func (p *parser) uint32Field(f *field, path, ctx, name string) (uint32, bool) {
+	ok := f.val.Kind == yaml.ScalarNode && f.val.ShortTag() == "!!int"
 	var v int64
-	if f.val.Kind != yaml.ScalarNode || f.val.ShortTag() != "!!int" || !decodeInt(f.val, &v) || v < 0 || v > math.MaxUint32 {
-		p.errorf(f.val, path, "%s: want a whole number from 0 to %d, got %s", ctx, uint32(math.MaxUint32), describe(f.val))
+	if ok {
+		v, ok = decodeInt(f.val)
+	}
+	if !ok || v < 0 || v > math.MaxUint32 {
+		p.errorf(f.val, path, "%s: want a whole number from 0 to %d, got %s", fieldName(ctx, name), uint32(math.MaxUint32), describe(f.val))
 		return 0, false
 	}
 	return uint32(v), true
 }
 
 // decodeInt decodes an !!int scalar, plain decimals without reflection.
-func decodeInt(n *yaml.Node, v *int64) bool {
+func decodeInt(n *yaml.Node) (int64, bool) {
 	if i, err := strconv.ParseInt(n.Value, 10, 64); err == nil {
-		*v = i
-		return true
+		return i, true
 	}
-	return n.Decode(v) == nil
+	var v int64
+	return v, n.Decode(&v) == nil
 }
 
 // domainBuilder holds what the descriptors of one domain share.
@@ -346,6 +398,12 @@ type domainBuilder struct {
 	names       map[string]bool // limit names
 	keys        map[string]bool // every descriptor key
 	refs        []replaceRef
+	noShared    []string // maxDepth times ""
+
+	specs  []limitSpec // the current descriptor's, reused by the next
+	nodes  slab[node]
+	rules  slab[Rule]
+	limits slab[Limit]
 }
 
 // replaceRef is one replaces entry, checked once every name is known.
@@ -364,10 +422,10 @@ func (p *parser) domain(root *yaml.Node) *Domain {
 	}
 	p.report(fs, "")
 	d := &Domain{file: p.file, line: root.Line}
-	b := &domainBuilder{parser: p, d: d, names: map[string]bool{}, keys: map[string]bool{}}
+	b := &domainBuilder{parser: p, d: d, names: map[string]bool{}, keys: map[string]bool{}, noShared: make([]string, maxDepth)}
 
 	nameF := fs.get("domain")
-	name, ok := p.str(nameF, "", "domain")
+	name, ok := p.str(nameF, "", "", "domain")
 	switch {
 	case nameF == nil:
 		p.errorf(root, "", "missing domain")
@@ -382,7 +440,7 @@ func (p *parser) domain(root *yaml.Node) *Domain {
 		d.root = b.level(f.val, nil, "", 1)
 	}
 	if f := fs.get("shard_by"); f != nil {
-		key, ok := p.str(f, "", "shard_by")
+		key, ok := p.str(f, "", "", "shard_by")
 		switch {
 		case !ok || key == "":
 			p.errorf(f.val, "", "shard_by is empty")
@@ -415,7 +473,7 @@ func (b *domainBuilder) defaults(f *field) {
 	}
 	fs := b.fields(f.val, "", "defaults", defaultsFields)
 	b.report(fs, "")
-	if s, ok := b.str(fs.get("algorithm"), "", "defaults.algorithm"); ok {
+	if s, ok := b.str(fs.get("algorithm"), "", "defaults", "algorithm"); ok {
 		if k, err := algorithm.ParseKind(s); err != nil {
 			b.errorf(fs.get("algorithm").val, "", "defaults.algorithm: %v", err)
 		} else {
@@ -423,7 +481,7 @@ func (b *domainBuilder) defaults(f *field) {
 			b.d.defaults.algorithm = k.String()
 		}
 	}
-	if s, ok := b.str(fs.get("failure_mode"), "", "defaults.failure_mode"); ok {
+	if s, ok := b.str(fs.get("failure_mode"), "", "defaults", "failure_mode"); ok {
 		if m, err := ParseFailureMode(s); err != nil {
 			b.errorf(fs.get("failure_mode").val, "", "defaults.failure_mode: %v", err)
 		} else {
@@ -432,7 +490,7 @@ func (b *domainBuilder) defaults(f *field) {
 		}
 	}
 	if bf := fs.get("burst"); bf != nil {
-		if v, ok := b.uint32Field(bf, "", "defaults.burst"); ok {
+		if v, ok := b.uint32Field(bf, "", "defaults", "burst"); ok {
 			b.burst, b.hasBurst = v, true
 			b.d.defaults.burst, b.d.defaults.hasBurst = v, true
 		}
@@ -515,7 +573,7 @@ func (b *domainBuilder) descriptor(item *yaml.Node, parent *node, parentPath str
 		b.errorf(resolved, placeholder(), "descriptor: want a mapping, got %s", describe(resolved))
 		return nil
 	}
-	fs := b.fields(resolved, placeholder(), "descriptor", descriptorFields)
+	fs := b.fieldsAt(resolved, placeholder, "descriptor", descriptorFields)
 	if fs == nil {
 		return nil
 	}
@@ -537,20 +595,29 @@ func (b *domainBuilder) descriptor(item *yaml.Node, parent *node, parentPath str
 		}
 		return nil
 	}
-	value, _ := b.str(fs.get("value"), joinPath(parentPath, key), "value")
-	seg, qseg := key, quote(key)
-	if value != "" {
-		seg += "=" + value
-		qseg += "=" + quote(value)
+	valueF := fs.get("value")
+	valuePath := "" // built only for an error
+	if valueF != nil && valueF.val.Kind != yaml.ScalarNode {
+		valuePath = joinPath(parentPath, key)
 	}
-	path := joinPath(parentPath, seg)
+	value, _ := b.str(valueF, valuePath, "", "value")
+	path := segmentPath(parentPath, key, value)
 	b.report(fs, path)
 
-	n := &node{key: key, value: value, path: path, line: keyF.key.Line, depth: depth, parent: parent}
+	n := b.nodes.new()
+	*n = node{key: key, value: value, path: path, line: keyF.key.Line, depth: depth, parent: parent}
+	parentQuoted := ""
 	if parent != nil {
-		n.quotedPath = parent.quotedPath + "/" + qseg
+		parentQuoted = parent.quotedPath
+	}
+	qkey, qvalue := quote(key), value
+	if value != "" {
+		qvalue = quote(value)
+	}
+	if qkey == key && qvalue == value && parentQuoted == parentPath {
+		n.quotedPath = path // nothing needs quoting
 	} else {
-		n.quotedPath = qseg
+		n.quotedPath = segmentPath(parentQuoted, qkey, qvalue)
 	}
 	if strings.Contains(value, "*") {
 		n.wildcard, n.pattern = true, compileGlob(value)
@@ -558,23 +625,20 @@ func (b *domainBuilder) descriptor(item *yaml.Node, parent *node, parentPath str
 	b.keys[key] = true
 	b.d.nodes = append(b.d.nodes, n)
 
-	shared := make([]string, depth)
-	if parent != nil && parent.shared != nil {
-		copy(shared, parent.shared)
-	}
-	if f := fs.get("share_threshold"); b.boolean(f, path, "share_threshold") {
+	sharedValue := ""
+	if f := fs.get("share_threshold"); b.boolean(f, path, "", "share_threshold") {
 		if n.wildcard {
-			shared[depth-1] = value
+			sharedValue = value
 		} else {
 			b.errorf(f.key, path, "share_threshold needs a wildcard value (one containing \"*\")")
 		}
 	}
-	n.shared = shared
+	n.shared = b.shared(parent, depth, sharedValue)
 
-	specs := b.limits(fs, path)
+	specs := b.limitSpecs(fs, path)
 	actionF := fs.get("action")
 	action := ActionLimit
-	if s, ok := b.str(actionF, path, "action"); ok {
+	if s, ok := b.str(actionF, path, "", "action"); ok {
 		if a, err := ParseAction(s); err != nil {
 			b.errorf(actionF.val, path, "action: %v", err)
 		} else {
@@ -586,33 +650,35 @@ func (b *domainBuilder) descriptor(item *yaml.Node, parent *node, parentPath str
 	}
 	failureF := fs.get("failure_mode")
 	failureMode, hasFailureMode := b.failureMode, false
-	if s, ok := b.str(failureF, path, "failure_mode"); ok {
+	if s, ok := b.str(failureF, path, "", "failure_mode"); ok {
 		if m, err := ParseFailureMode(s); err != nil {
 			b.errorf(failureF.val, path, "failure_mode: %v", err)
 		} else {
 			failureMode, hasFailureMode = m, true
 		}
 	}
-	r := &Rule{
+	// The rule is a value until the node turns out to have one, so that a
+	// node without a rule takes none.
+	r := Rule{
 		Path:           path,
 		Action:         action,
-		Shared:         shared,
-		ShadowMode:     b.boolean(fs.get("shadow_mode"), path, "shadow_mode"),
-		QuotaMode:      b.boolean(fs.get("quota_mode"), path, "quota_mode"),
-		DetailedMetric: b.boolean(fs.get("detailed_metric"), path, "detailed_metric"),
-		ValueToMetric:  b.boolean(fs.get("value_to_metric"), path, "value_to_metric"),
+		Shared:         n.shared,
+		ShadowMode:     b.boolean(fs.get("shadow_mode"), path, "", "shadow_mode"),
+		QuotaMode:      b.boolean(fs.get("quota_mode"), path, "", "quota_mode"),
+		DetailedMetric: b.boolean(fs.get("detailed_metric"), path, "", "detailed_metric"),
+		ValueToMetric:  b.boolean(fs.get("value_to_metric"), path, "", "value_to_metric"),
 		FailureMode:    failureMode,
 		Metadata:       b.metadata(fs.get("metadata"), path),
 	}
-	if f := fs.get("descriptors"); f != nil {
-		n.children = b.level(f.val, n, path, depth+1)
-	}
-
-	if fs.get("rate_limit") == nil && fs.get("rate_limits") == nil && actionF == nil {
-		if hasFailureMode {
-			b.errorf(failureF.key, path, "failure_mode has no effect on a descriptor without rate_limit, rate_limits or action")
+	// specs is b.specs, which the children reuse: take the limits first.
+	counted := 0
+	for _, s := range specs {
+		if !s.unlimited {
+			counted++
 		}
-		return n
+	}
+	if counted > 0 {
+		r.Limits = b.limits.take(counted)[:0]
 	}
 	for _, s := range specs {
 		if s.unlimited {
@@ -626,8 +692,56 @@ func (b *domainBuilder) descriptor(item *yaml.Node, parent *node, parentPath str
 			}
 		}
 	}
-	n.rule = r
+	if f := fs.get("descriptors"); f != nil {
+		n.children = b.level(f.val, n, path, depth+1)
+	}
+
+	if fs.get("rate_limit") == nil && fs.get("rate_limits") == nil && actionF == nil {
+		if hasFailureMode {
+			b.errorf(failureF.key, path, "failure_mode has no effect on a descriptor without rate_limit, rate_limits or action")
+		}
+		return n
+	}
+	n.rule = b.rules.new()
+	*n.rule = r
 	return n
+}
+
+// segmentPath returns parent/key=value in one allocation, leaving out
+// "parent/" at the top level and "=value" for a key-only descriptor.
+func segmentPath(parent, key, value string) string {
+	if parent == "" && value == "" {
+		return key
+	}
+	var b strings.Builder
+	b.Grow(len(parent) + 1 + len(key) + 1 + len(value))
+	if parent != "" {
+		b.WriteString(parent)
+		b.WriteByte('/')
+	}
+	b.WriteString(key)
+	if value != "" {
+		b.WriteByte('=')
+		b.WriteString(value)
+	}
+	return b.String()
+}
+
+// shared returns Rule.Shared for a node at depth under parent that shares
+// value, or "" for none. Most trees share nothing, and nodes whose slice
+// holds only "" share one backing array.
+func (b *domainBuilder) shared(parent *node, depth int, value string) []string {
+	var inherited []string
+	if parent != nil {
+		inherited = parent.shared
+	}
+	if value == "" && !slices.ContainsFunc(inherited, func(s string) bool { return s != "" }) {
+		return b.noShared[:depth:depth]
+	}
+	shared := make([]string, depth)
+	copy(shared, inherited)
+	shared[depth-1] = value
+	return shared
 }
 
 // firstField returns the first non-nil field.
@@ -648,11 +762,12 @@ func joinPath(parent, seg string) string {
 	return parent + "/" + seg
 }
 
-// limits decodes a descriptor's rate_limit or rate_limits and checks them
-// against each other.
-func (b *domainBuilder) limits(fs fields, path string) []limitSpec {
+// limitSpecs decodes a descriptor's rate_limit or rate_limits and checks
+// them against each other. The result is valid until the next call.
+func (b *domainBuilder) limitSpecs(fs fields, path string) []limitSpec {
 	one, many := fs.get("rate_limit"), fs.get("rate_limits")
-	var specs []limitSpec
+	specs := b.specs[:0]
+	defer func() { b.specs = specs[:0] }()
 	switch {
 	case one != nil && many != nil:
 		later := one
@@ -707,12 +822,12 @@ func (b *domainBuilder) limit(n, at *yaml.Node, path, ctx string) (limitSpec, bo
 	}
 	b.report(fs, path)
 	s := limitSpec{node: at, ctx: ctx}
-	name, _ := b.str(fs.get("name"), path, ctx+".name")
+	name, _ := b.str(fs.get("name"), path, ctx, "name")
 	s.limit.Name = name
 	if name != "" {
 		b.names[name] = true
 	}
-	s.unlimited = b.boolean(fs.get("unlimited"), path, ctx+".unlimited")
+	s.unlimited = b.boolean(fs.get("unlimited"), path, ctx, "unlimited")
 	if s.unlimited {
 		for _, other := range [...]string{"unit", "requests_per_unit", "algorithm", "burst", "unit_multiplier"} {
 			if f := fs.get(other); f != nil {
@@ -740,7 +855,7 @@ func (b *domainBuilder) counting(fs fields, n *yaml.Node, path, ctx string, l *L
 	unitOK := false
 	if f := fs.get("unit"); f == nil {
 		b.errorf(n, path, "%s: unit is required", ctx)
-	} else if s, ok := b.str(f, path, ctx+".unit"); ok {
+	} else if s, ok := b.str(f, path, ctx, "unit"); ok {
 		if u, err := ParseUnit(s); err != nil {
 			b.errorf(f.val, path, "%s: %v", ctx, err)
 		} else {
@@ -751,14 +866,14 @@ func (b *domainBuilder) counting(fs fields, n *yaml.Node, path, ctx string, l *L
 	}
 	if f := fs.get("requests_per_unit"); f == nil {
 		b.errorf(n, path, "%s: requests_per_unit is required", ctx)
-	} else if v, ok := b.uint32Field(f, path, ctx+".requests_per_unit"); ok {
+	} else if v, ok := b.uint32Field(f, path, ctx, "requests_per_unit"); ok {
 		l.RequestsPerUnit = v
 	}
 
 	l.Algorithm = b.algorithm
 	source := b.algSource
 	if f := fs.get("algorithm"); f != nil {
-		if s, ok := b.str(f, path, ctx+".algorithm"); ok {
+		if s, ok := b.str(f, path, ctx, "algorithm"); ok {
 			if k, err := algorithm.ParseKind(s); err != nil {
 				b.errorf(f.val, path, "%s: %v", ctx, err)
 			} else {
@@ -773,7 +888,7 @@ func (b *domainBuilder) counting(fs fields, n *yaml.Node, path, ctx string, l *L
 				from = " (the algorithm comes from " + source + ")"
 			}
 			b.errorf(f.key, path, "%s: burst applies only to token_bucket, not %s%s", ctx, l.Algorithm, from)
-		} else if v, ok := b.uint32Field(f, path, ctx+".burst"); ok {
+		} else if v, ok := b.uint32Field(f, path, ctx, "burst"); ok {
 			l.Burst = v
 		}
 	} else if l.Algorithm == algorithm.TokenBucket && b.hasBurst {
@@ -782,7 +897,7 @@ func (b *domainBuilder) counting(fs fields, n *yaml.Node, path, ctx string, l *L
 
 	l.UnitMultiplier = 1
 	if f := fs.get("unit_multiplier"); f != nil {
-		if v, ok := b.uint32Field(f, path, ctx+".unit_multiplier"); ok {
+		if v, ok := b.uint32Field(f, path, ctx, "unit_multiplier"); ok {
 			switch {
 			case v == 0:
 				b.errorf(f.val, path, "%s: unit_multiplier must be at least 1", ctx)
@@ -819,7 +934,7 @@ func (b *domainBuilder) replaces(f *field, path, ctx, own string) []string {
 		}
 		b.report(fs, path)
 		nameF := fs.get("name")
-		name, _ := b.str(nameF, path, where+".name")
+		name, _ := b.str(nameF, path, where, "name")
 		switch {
 		case nameF == nil:
 			b.errorf(b.resolve(item), path, "%s: name is required", where)

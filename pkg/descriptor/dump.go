@@ -1,6 +1,9 @@
 package descriptor
 
 import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"slices"
@@ -9,19 +12,41 @@ import (
 	"unicode"
 )
 
+// dumpWriter is what the dump is written to: a strings.Builder, or a
+// bufio.Writer in front of the hash.
+type dumpWriter interface {
+	io.Writer
+	io.StringWriter
+	io.ByteWriter
+}
+
 // String returns the dump that WriteTo writes.
 func (t *Tree) String() string {
 	if t == nil {
 		return ""
 	}
 	var b strings.Builder
+	t.write(&b)
+	return b.String()
+}
+
+func (t *Tree) write(w dumpWriter) {
 	for i, name := range t.names {
 		if i > 0 {
-			b.WriteByte('\n')
+			w.WriteByte('\n')
 		}
-		t.domains[name].write(&b)
+		t.domains[name].write(w)
 	}
-	return b.String()
+}
+
+// digest returns the hex SHA-256 of t's dump. It streams the dump into the
+// hash rather than building it as a string, a few MB for a large tree.
+func (t *Tree) digest() string {
+	h := sha256.New()
+	w := bufio.NewWriterSize(h, 16<<10)
+	t.write(w)
+	w.Flush() // writing to a hash never fails
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // WriteTo writes a readable dump of t: every domain in name order, then
@@ -42,7 +67,7 @@ func (t *Tree) WriteTo(w io.Writer) (int64, error) {
 	return int64(n), err
 }
 
-func (d *Domain) write(b *strings.Builder) {
+func (d *Domain) write(b dumpWriter) {
 	fmt.Fprintf(b, "domain %s\n", quote(d.name))
 	if d.shardBy != "" {
 		fmt.Fprintf(b, "  shard_by %s\n", quote(d.shardBy))
@@ -74,7 +99,7 @@ func (d *Domain) write(b *strings.Builder) {
 
 // writeRule writes the attributes of r on the current line and its limits
 // on lines of their own, indented by indent.
-func writeRule(b *strings.Builder, r *Rule, indent string) {
+func writeRule(b dumpWriter, r *Rule, indent string) {
 	switch {
 	case r.Action != ActionLimit:
 		b.WriteString(r.Action.String())
@@ -83,7 +108,8 @@ func writeRule(b *strings.Builder, r *Rule, indent string) {
 	default:
 		b.WriteString("limit")
 	}
-	b.WriteString(", failure_mode=" + r.FailureMode.String())
+	b.WriteString(", failure_mode=")
+	b.WriteString(r.FailureMode.String())
 	for _, f := range [...]struct {
 		on   bool
 		name string
@@ -94,7 +120,8 @@ func writeRule(b *strings.Builder, r *Rule, indent string) {
 		{r.ValueToMetric, "value_to_metric"},
 	} {
 		if f.on {
-			b.WriteString(", " + f.name)
+			b.WriteString(", ")
+			b.WriteString(f.name)
 		}
 	}
 	for i, s := range r.Shared {
@@ -129,7 +156,7 @@ func writeRule(b *strings.Builder, r *Rule, indent string) {
 	b.WriteByte('\n')
 	for _, l := range r.Limits {
 		b.WriteString(indent)
-		b.WriteString(l.String())
+		l.write(b)
 		b.WriteByte('\n')
 	}
 }
@@ -138,20 +165,27 @@ func writeRule(b *strings.Builder, r *Rule, indent string) {
 // burst 10".
 func (l Limit) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d per ", l.RequestsPerUnit)
+	l.write(&b)
+	return b.String()
+}
+
+func (l Limit) write(b dumpWriter) {
+	b.WriteString(strconv.FormatUint(uint64(l.RequestsPerUnit), 10))
+	b.WriteString(" per ")
 	if m := max(l.UnitMultiplier, 1); m == 1 {
 		b.WriteString(l.Unit.String())
 	} else {
-		fmt.Fprintf(&b, "%d %ss", m, l.Unit)
+		fmt.Fprintf(b, "%d %ss", m, l.Unit)
 	}
-	b.WriteString(", " + l.Algorithm.String())
+	b.WriteString(", ")
+	b.WriteString(l.Algorithm.String())
 	if l.Burst > 0 {
-		fmt.Fprintf(&b, ", burst %d", l.Burst)
+		fmt.Fprintf(b, ", burst %d", l.Burst)
 	}
 	if l.Name != "" {
-		b.WriteString(", name " + quote(l.Name))
+		b.WriteString(", name ")
+		b.WriteString(quote(l.Name))
 	}
-	return b.String()
 }
 
 // quote returns s as is when it is plain, else as a Go string literal.

@@ -1,15 +1,16 @@
 package descriptor
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
 )
@@ -55,20 +56,14 @@ func load(fsys fs.FS, display func(string) string, opts Options) (*Tree, error) 
 	var errs errorList
 	files := findFiles(fsys, display, &errs)
 	t := &Tree{domains: map[string]*Domain{}}
-	for _, name := range files {
-		file := display(name)
-		data, err := fs.ReadFile(fsys, name)
-		if err != nil {
-			errs.add(file, 0, "", "%v", err)
-			continue
-		}
-		p := &parser{file: file, opts: opts, errs: &errs, budget: maxYAMLNodes}
-		d := p.parseFile(data)
+	for i, f := range parseFiles(fsys, display, files, opts) {
+		errs = append(errs, f.errs...)
+		d := f.domain
 		if d == nil {
 			continue
 		}
 		if prev := t.domains[d.name]; prev != nil {
-			errs.add(file, d.line, "", "domain %q is already defined in %s", d.name, prev.file)
+			errs.add(display(files[i]), d.line, "", "domain %q is already defined in %s", d.name, prev.file)
 			continue
 		}
 		t.domains[d.name] = d
@@ -80,9 +75,72 @@ func load(fsys fs.FS, display func(string) string, opts Options) (*Tree, error) 
 		t.names = append(t.names, name)
 	}
 	slices.Sort(t.names)
-	sum := sha256.Sum256([]byte(t.String()))
-	t.hash = hex.EncodeToString(sum[:])
+	t.hash = t.digest()
 	return t, nil
+}
+
+// parsedFile is what decoding one file gave: its domain, or nil, and its
+// problems.
+type parsedFile struct {
+	domain *Domain
+	errs   errorList
+	panic  any // a panic of the decoder's goroutine, for the caller's
+}
+
+// parseFiles reads the files one after another, then decodes them on up to
+// GOMAXPROCS goroutines, decoding being most of a load. The outcome is in
+// the order of files and the same as one goroutine's: each file has its
+// own parser and error list. A panic is raised again in the caller's
+// goroutine, so that a caller that recovers from panics still can.
+func parseFiles(fsys fs.FS, display func(string) string, files []string, opts Options) []parsedFile {
+	out := make([]parsedFile, len(files))
+	data := make([][]byte, len(files))
+	for i, name := range files {
+		var err error
+		// An fs.FS need not be safe for concurrent use: read in one goroutine.
+		if data[i], err = fs.ReadFile(fsys, name); err != nil {
+			out[i].errs.add(display(name), 0, "", "%v", err)
+		}
+	}
+	parse := func(i int) {
+		if out[i].errs != nil {
+			return // unreadable, as recorded
+		}
+		defer func() {
+			if r := recover(); r != nil {
+				out[i].panic = r
+			}
+		}()
+		p := &parser{file: display(files[i]), opts: opts, errs: &out[i].errs, budget: maxYAMLNodes}
+		out[i].domain = p.parseFile(data[i])
+		data[i] = nil // let the collector have it
+	}
+	if workers := min(runtime.GOMAXPROCS(0), len(files)); workers <= 1 {
+		for i := range files {
+			parse(i)
+		}
+	} else {
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range workers {
+			wg.Go(func() {
+				for {
+					i := int(next.Add(1)) - 1
+					if i >= len(files) {
+						return
+					}
+					parse(i)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	for i := range out {
+		if out[i].panic != nil {
+			panic(out[i].panic)
+		}
+	}
+	return out
 }
 
 // findFiles lists the configuration files of fsys in sorted order.

@@ -165,6 +165,7 @@ type Limiter struct {
 	shadow      bool
 	defaultAlgo algorithm.Kind
 	now         func() time.Time
+	since       func(time.Time) time.Duration // the time elapsed since one now returned
 	log         *slog.Logger
 	metrics     *metrics
 
@@ -201,7 +202,11 @@ func New(opts Options) (*Limiter, error) {
 		l.defaultAlgo = algorithm.TokenBucket
 	}
 	if l.now == nil {
-		l.now = time.Now
+		// time.Since reads only the monotonic clock, half the cost of the
+		// time.Now it equals.
+		l.now, l.since = time.Now, time.Since
+	} else {
+		l.since = func(t time.Time) time.Duration { return l.now().Sub(t) }
 	}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
@@ -343,7 +348,7 @@ func (l *Limiter) CheckInto(ctx context.Context, req *Request, resp *Response) e
 			resp.Statuses[i] = Status{Code: OK}
 		}
 		l.metrics.decisions.Add(ctx, int64(n), l.metrics.unknownDomain...)
-		l.metrics.latency.Record(ctx, l.now().Sub(start).Seconds())
+		l.metrics.latency.Record(ctx, l.since(start).Seconds())
 		return nil
 	}
 	labels := l.labelsFor(tree)
@@ -440,7 +445,7 @@ func (l *Limiter) CheckInto(ctx context.Context, req *Request, resp *Response) e
 		}
 	}
 	l.addHeaders(s, resp, start, f)
-	l.metrics.latency.Record(ctx, l.now().Sub(start).Seconds())
+	l.metrics.latency.Record(ctx, l.since(start).Seconds())
 	return nil
 }
 

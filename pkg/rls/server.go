@@ -241,8 +241,9 @@ type scratch struct {
 }
 
 // reset drops references to request strings before the scratch is pooled.
+// Only entries and req hold any: descs point into the scratch's own arrays,
+// and convert overwrites them.
 func (sc *scratch) reset() {
-	clear(sc.descs)
 	clear(sc.entries)
 	sc.req = limiter.Request{}
 	sc.descs = sc.descs[:0]
@@ -330,24 +331,56 @@ func unitOf(u typev3.RateLimitUnit) (descriptor.Unit, bool) {
 	return 0, false
 }
 
-// oneStatus is a response with room for one status and the headers of an
-// X-RateLimit 429, allocated at once: the common answer costs a single
-// allocation. A unit multiplier, more statuses or more headers are
-// allocated apart.
+// oneStatus is a response with room for one status, allocated at once, so
+// that the common answer costs a single allocation. A unit multiplier and
+// more statuses are allocated apart.
 type oneStatus struct {
-	resp    rlsv3.RateLimitResponse
-	ptr     [1]*rlsv3.RateLimitResponse_DescriptorStatus
-	status  [1]rlsv3.RateLimitResponse_DescriptorStatus
-	limit   [1]rlsv3.RateLimitResponse_RateLimit
-	dur     [1]durationpb.Duration
-	hdrPtrs [5]*corev3.HeaderValue
-	hdrs    [5]corev3.HeaderValue
+	resp   rlsv3.RateLimitResponse
+	ptr    [1]*rlsv3.RateLimitResponse_DescriptorStatus
+	status [1]rlsv3.RateLimitResponse_DescriptorStatus
+	limit  [1]rlsv3.RateLimitResponse_RateLimit
+	dur    [1]durationpb.Duration
 }
+
+// oneStatus3 and oneStatus5 add room for the headers of an OK answer (three
+// in the X-RateLimit and draft-03 styles, two in the IETF one) and of an
+// X-RateLimit 429 (five). A header takes 104 bytes, so sizing the block to
+// the answer saves a third of the bytes of an OK answer.
+type (
+	oneStatus3 struct {
+		oneStatus
+		hdrPtrs [3]*corev3.HeaderValue
+		hdrs    [3]corev3.HeaderValue
+	}
+	oneStatus5 struct {
+		oneStatus
+		hdrPtrs [5]*corev3.HeaderValue
+		hdrs    [5]corev3.HeaderValue
+	}
+)
 
 // toProto converts an engine answer.
 func toProto(r *limiter.Response) *rlsv3.RateLimitResponse {
 	n := len(r.Statuses)
-	b := new(oneStatus)
+	h := len(r.Headers)
+	var (
+		b     *oneStatus
+		hptrs []*corev3.HeaderValue
+		hdrs  []corev3.HeaderValue
+	)
+	switch {
+	case h == 0:
+		b = new(oneStatus)
+	case h <= 3:
+		b3 := new(oneStatus3)
+		b, hptrs, hdrs = &b3.oneStatus, b3.hdrPtrs[:h], b3.hdrs[:h]
+	case h <= 5:
+		b5 := new(oneStatus5)
+		b, hptrs, hdrs = &b5.oneStatus, b5.hdrPtrs[:h], b5.hdrs[:h]
+	default:
+		b = new(oneStatus)
+		hptrs, hdrs = make([]*corev3.HeaderValue, h), make([]corev3.HeaderValue, h)
+	}
 	resp := &b.resp
 	resp.OverallCode = rlsv3.RateLimitResponse_Code(r.Code)
 
@@ -406,14 +439,7 @@ func toProto(r *limiter.Response) *rlsv3.RateLimitResponse {
 	}
 	resp.Statuses = ptrs
 
-	if h := len(r.Headers); h > 0 {
-		var hptrs []*corev3.HeaderValue
-		var hdrs []corev3.HeaderValue
-		if h <= len(b.hdrs) {
-			hptrs, hdrs = b.hdrPtrs[:h], b.hdrs[:h]
-		} else {
-			hptrs, hdrs = make([]*corev3.HeaderValue, h), make([]corev3.HeaderValue, h)
-		}
+	if h > 0 {
 		for i, hd := range r.Headers {
 			hdrs[i].Key, hdrs[i].Value = hd.Key, hd.Value
 			hptrs[i] = &hdrs[i]

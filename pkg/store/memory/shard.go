@@ -2,6 +2,7 @@ package memory
 
 import (
 	"sync"
+	"unsafe"
 
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
 )
@@ -9,14 +10,30 @@ import (
 // shard is one independently locked partition of the counters. Token
 // buckets, by far the most common counters, live in a bucketTable at 16
 // bytes a slot; the window algorithms, whose state is larger, in maps.
+//
+// A shard fills two cache lines of its own (Store.shards is allocated
+// aligned, its length a power of two): a token-bucket Apply touches only
+// the first, which holds the lock and the fields of that path, so a
+// decision moves one line between cores, and no lock shares a line with a
+// neighbouring shard's.
 type shard struct {
+	shardFields
+	_ [2*cacheLine - unsafe.Sizeof(shardFields{})]byte
+}
+
+const cacheLine = 64
+
+type shardFields struct {
+	// The token-bucket path, the first cache line, ends with
+	// buckets.floor; buckets.next, only written when a TAT is stored
+	// lower, starts the second.
 	mu      sync.Mutex
+	applies uint32 // Applies that touched the shard
 	buckets bucketTable
+
 	windows map[uint64]windowState // fixed window, sliding-window counter
 	logs    map[uint64]logState    // sliding-window log
-	applies uint32                 // Applies that touched the shard
 	rng     uint64                 // xorshift state for eviction samples
-	_       [64]byte               // keeps neighbouring shards' locks off one cache line
 }
 
 // windowState is the state of a fixed window or sliding-window counter.
@@ -47,6 +64,25 @@ func (sh *shard) load(kind algorithm.Kind, key uint64) (algorithm.State, bool) {
 		return algorithm.State{Log: l.times}, ok
 	}
 	return algorithm.State{}, false
+}
+
+// applyBucket is load, algorithm.Apply and save for a token bucket, the
+// hot path: it probes the table once and updates a live counter in place.
+func (sh *shard) applyBucket(l algorithm.Limit, key uint64, now, cost int64, limit int) algorithm.Verdict {
+	i, found := sh.buckets.lookup(key)
+	var state algorithm.State
+	if found {
+		state.T = sh.buckets.slots[i].tat
+	}
+	next, v := algorithm.Apply(l, state, now, cost)
+	switch {
+	case !v.Allowed || cost == 0:
+	case found && next.T > now: // l.Expiry(next) is next.T
+		sh.buckets.set(i, next.T)
+	default:
+		sh.save(l, key, next, found, now, limit)
+	}
+	return v
 }
 
 // save stores a counter's new state, or deletes the counter if the state
@@ -97,10 +133,13 @@ func (sh *shard) delete(kind algorithm.Kind, key uint64) {
 // all of them, deleting the expired ones. The bucket table is swept in slot
 // order; the maps from wherever Go starts an iteration, which is random.
 func (sh *shard) sweep(kind algorithm.Kind, now int64) {
-	sh.applies++
-	if sh.applies%sweepEvery != 0 {
-		return
+	// Small enough to inline: most Applies only count.
+	if sh.applies++; sh.applies%sweepEvery == 0 {
+		sh.sweepSome(kind, now)
 	}
+}
+
+func (sh *shard) sweepSome(kind algorithm.Kind, now int64) {
 	all := sh.applies%sweepOthersEvery == 0
 	if all || kind == algorithm.TokenBucket {
 		sh.buckets.sweep(now, sweepSlots)

@@ -1,6 +1,10 @@
 package memory
 
-import "github.com/tollgatehq/tollgate/pkg/algorithm"
+import (
+	"math"
+
+	"github.com/tollgatehq/tollgate/pkg/algorithm"
+)
 
 // bucketTable maps counter keys to token-bucket TATs. It is an
 // open-addressing hash table with linear probing, kept between 3/16 and 3/4
@@ -12,6 +16,13 @@ type bucketTable struct {
 	slots []bucketSlot // length 0 or a power of two
 	n     int          // occupied slots
 	hand  int          // next slot the sweep examines
+	// floor is at most the TAT of every entry, so that a sweep before it
+	// has nothing to find and touches no slot: while every bucket is in
+	// use, as under steady traffic, sweeping costs nothing. next collects
+	// the floor for the end of the sweep's current pass over the slots:
+	// the least TAT the hand has passed, or that was stored lower or moved
+	// since the pass began.
+	floor, next int64
 }
 
 type bucketSlot struct {
@@ -37,11 +48,18 @@ func (t *bucketTable) find(key uint64) (int, bool) {
 
 // get returns the TAT of key and whether key is present.
 func (t *bucketTable) get(key uint64) (int64, bool) {
+	if i, ok := t.lookup(key); ok {
+		return t.slots[i].tat, true
+	}
+	return 0, false
+}
+
+// lookup returns the slot holding key and true, or false if key is absent.
+func (t *bucketTable) lookup(key uint64) (int, bool) {
 	if t.n == 0 {
 		return 0, false
 	}
-	i, ok := t.find(key)
-	return t.slots[i].tat, ok
+	return t.find(key)
 }
 
 // put sets the TAT of key, adding key if it is absent.
@@ -51,10 +69,24 @@ func (t *bucketTable) put(key uint64, tat int64) {
 	}
 	i, ok := t.find(key)
 	if !ok {
-		t.slots[i].key = key
+		t.slots[i] = bucketSlot{key: key, tat: math.MaxInt64}
 		t.n++
 	}
+	t.set(i, tat)
+}
+
+// set sets the TAT of the entry in slot i.
+func (t *bucketTable) set(i int, tat int64) {
+	if tat < t.slots[i].tat {
+		t.lower(tat)
+	}
 	t.slots[i].tat = tat
+}
+
+// lower keeps floor and next at most tat, a TAT stored or moved.
+func (t *bucketTable) lower(tat int64) {
+	t.floor = min(t.floor, tat)
+	t.next = min(t.next, tat)
 }
 
 // remove deletes key if it is present.
@@ -77,6 +109,7 @@ func (t *bucketTable) removeAt(i int) {
 		home := int(t.slots[j].key) & mask
 		if (j-home)&mask >= (j-i)&mask {
 			t.slots[i] = t.slots[j]
+			t.lower(t.slots[j].tat) // it may move behind the hand
 			i = j
 		}
 	}
@@ -85,19 +118,27 @@ func (t *bucketTable) removeAt(i int) {
 }
 
 // sweep examines n slots from the hand onwards, deleting expired entries,
-// and shrinks a table that has become mostly empty.
+// unless no entry can have expired, and shrinks a table that has become
+// mostly empty.
 func (t *bucketTable) sweep(now int64, n int) {
 	if t.n == 0 {
 		return
 	}
 	mask := len(t.slots) - 1
-	for ; n > 0 && t.n > 0; n-- {
+	for ; n > 0 && t.n > 0 && now >= t.floor; n-- {
 		i := t.hand & mask
-		if s := t.slots[i]; s.key != 0 && s.tat <= now {
-			t.removeAt(i) // a later entry may have moved into i: look again
-			continue
+		if s := t.slots[i]; s.key != 0 {
+			if s.tat <= now {
+				t.removeAt(i) // a later entry may have moved into i: look again
+				continue
+			}
+			t.next = min(t.next, s.tat)
 		}
-		t.hand = (t.hand + 1) & mask
+		if t.hand = (t.hand + 1) & mask; t.hand == 0 {
+			// A pass is complete: every entry was passed, stored or moved
+			// during it.
+			t.floor, t.next = t.next, math.MaxInt64
+		}
 	}
 	if len(t.slots) > minTableSlots && t.n*16 < len(t.slots)*3 {
 		t.resize(len(t.slots) / 2)
@@ -109,10 +150,12 @@ func (t *bucketTable) resize(size int) {
 	old := t.slots
 	t.slots = make([]bucketSlot, size)
 	t.hand = 0
+	t.floor, t.next = math.MaxInt64, math.MaxInt64
 	for _, s := range old {
 		if s.key != 0 {
 			i, _ := t.find(s.key)
 			t.slots[i] = s
+			t.floor = min(t.floor, s.tat)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
 	"github.com/tollgatehq/tollgate/pkg/store"
@@ -49,6 +50,9 @@ func TestBucketTable(t *testing.T) {
 				if got, ok := tab.get(k); !ok || got != tat {
 					t.Fatalf("key space %d, step %d: get(%#x) = %d, %t, want %d", keySpace, step, k, got, ok, tat)
 				}
+				if tat < tab.floor {
+					t.Fatalf("key space %d, step %d: floor %d above the TAT %d of %#x", keySpace, step, tab.floor, tat, k)
+				}
 			}
 		}
 	}
@@ -86,4 +90,20 @@ func BenchmarkKey(b *testing.B) {
 		x += s.key(&h)
 	}
 	_ = x
+}
+
+// TestShardLayout checks that the fields a token-bucket Apply uses share
+// one cache line and that a shard fills whole lines.
+func TestShardLayout(t *testing.T) {
+	var sh shard
+	if size := unsafe.Sizeof(sh); size%cacheLine != 0 {
+		t.Errorf("shard is %d bytes, want a multiple of %d", size, cacheLine)
+	}
+	if end := unsafe.Offsetof(sh.buckets) + unsafe.Offsetof(sh.buckets.floor) + unsafe.Sizeof(sh.buckets.floor); end > cacheLine {
+		t.Errorf("token-bucket fields end at byte %d, want them in the first %d", end, cacheLine)
+	}
+	s := New(Options{Shards: 4})
+	if addr := uintptr(unsafe.Pointer(&s.shards[0])); addr%cacheLine != 0 {
+		t.Errorf("shards start at %#x, want a multiple of %d", addr, cacheLine)
+	}
 }
