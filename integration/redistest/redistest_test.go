@@ -20,6 +20,28 @@ func do(t *testing.T, addr, password string, args ...string) any {
 	return v
 }
 
+// setReplicated sets key on the master at addr and waits until one replica
+// has acknowledged the write, or fails t. WAIT counts the replicas that have
+// acknowledged the last write of its own connection, so it must follow SET on
+// the same one: on a new connection it waits for nothing and answers with the
+// number of connected replicas at once.
+func setReplicated(t *testing.T, addr, password, key, val string) {
+	t.Helper()
+	const waitTimeout = 5 * time.Second
+	c, err := dial(addr, password, waitTimeout+commandTimeout)
+	if err != nil {
+		t.Fatalf("connecting to %s: %v", addr, err)
+	}
+	defer c.close()
+	if v, err := c.do("SET", key, val); v != "OK" || err != nil {
+		t.Fatalf("SET %s on %s = %v, %v; want OK", key, addr, v, err)
+	}
+	n, err := c.do("WAIT", "1", fmt.Sprint(waitTimeout.Milliseconds()))
+	if n != int64(1) || err != nil {
+		t.Fatalf("WAIT after SET on %s = %v, %v; want 1 replica", addr, n, err)
+	}
+}
+
 func TestStandalone(t *testing.T) {
 	s := StartStandalone(t)
 	if got := do(t, s.Addr, "", "SET", "k", "v"); got != "OK" {
@@ -139,10 +161,7 @@ func TestClusterFailover(t *testing.T) {
 	slot := int(do(t, c.Masters[0].Addr, "", "CLUSTER", "KEYSLOT", key).(int64))
 	old := c.MasterOfSlot(slot)
 	i := indexOf(c.Masters, old)
-	do(t, old.Addr, "", "SET", key, "kept")
-	if n := do(t, old.Addr, "", "WAIT", "1", "2000"); n != int64(1) {
-		t.Fatalf("WAIT = %v, want 1 replica", n)
-	}
+	setReplicated(t, old.Addr, "", key, "kept")
 
 	start := time.Now()
 	old.Kill()
@@ -165,15 +184,25 @@ func TestClusterFailover(t *testing.T) {
 		t.Fatalf("GET on the promoted replica = %v, want kept", got)
 	}
 
-	// The old master comes back with its nodes.conf and rejoins as a replica.
+	// The old master comes back with its nodes.conf and rejoins as a
+	// replica; WaitHealthy returns once it is in sync with the promoted one.
 	old.Restart()
 	c.WaitHealthy(t)
-	if err := waitLinked(old); err != nil {
-		t.Fatalf("restarted master: %v", err)
-	}
 	role := do(t, old.Addr, "", "ROLE").([]any)
-	if role[0] != "slave" {
-		t.Fatalf("ROLE of the restarted master = %v, want slave", role)
+	if role[0] != "slave" || fmt.Sprint(role[1], ":", role[2]) != promoted.Addr {
+		t.Fatalf("ROLE of the restarted master = %v, want slave of %s", role, promoted.Addr)
+	}
+	// A replica answers reads only on a connection that sent READONLY.
+	r, err := dial(old.Addr, "", commandTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.close()
+	if v, err := r.do("READONLY"); v != "OK" || err != nil {
+		t.Fatalf("READONLY on %s = %v, %v", old.Addr, v, err)
+	}
+	if got, err := r.do("GET", key); got != "kept" || err != nil {
+		t.Fatalf("GET on the restarted master = %v, %v; want kept", got, err)
 	}
 }
 
@@ -194,7 +223,9 @@ func TestSentinel(t *testing.T) {
 		t.Fatalf("ROLE of the replica = %v, want slave", role)
 	}
 
-	// Killing the master makes the sentinels promote the replica.
+	// Killing the master makes the sentinels promote the replica, with what
+	// it has acknowledged.
+	setReplicated(t, s.Master.Addr, "secret", "failover", "kept")
 	start := time.Now()
 	s.Master.Kill()
 	want := "[" + strings.Replace(s.Replica.Addr, ":", " ", 1) + "]"
@@ -212,6 +243,50 @@ func TestSentinel(t *testing.T) {
 	t.Logf("sentinel failover to %s took %s", s.Replica.Addr, time.Since(start).Round(time.Millisecond))
 	if role := do(t, s.Replica.Addr, "secret", "ROLE").([]any); role[0] != "master" {
 		t.Fatalf("ROLE of the promoted replica = %v, want master", role)
+	}
+	if got := do(t, s.Replica.Addr, "secret", "GET", "failover"); got != "kept" {
+		t.Fatalf("GET on the promoted replica = %v, want kept", got)
+	}
+}
+
+func TestKeySlot(t *testing.T) {
+	// Values from CLUSTER KEYSLOT of redis-server 7.0.
+	tests := []struct {
+		key  string
+		slot int
+	}{
+		{"", 0},
+		{"123456789", 12739},
+		{"somekey", 11058},
+		{"foo{hash_tag}", 2515},
+		{"{user1000}.following", 3443},
+		{"user1000", 3443},
+		{"foo{}{bar}", 8363},    // an empty tag hashes the whole key
+		{"foo{{bar}}zap", 4015}, // the tag is "{bar"
+		{"{bar", 4015},
+		{"redistest:sync:{0}", 13907},
+	}
+	for _, tt := range tests {
+		if got := keySlot(tt.key); got != tt.slot {
+			t.Errorf("keySlot(%q) = %d, want %d", tt.key, got, tt.slot)
+		}
+	}
+}
+
+func TestKeyServedBy(t *testing.T) {
+	const master = "127.0.0.1:7000"
+	for _, own := range []slotRange{{0, 0, master}, {5461, 10922, master}, {16383, 16383, master}} {
+		ranges := []slotRange{own, {own.end + 1, own.end + 1, "127.0.0.1:7001"}}
+		key, err := keyServedBy(ranges, master)
+		if err != nil {
+			t.Fatalf("keyServedBy(%v): %v", own, err)
+		}
+		if slot := keySlot(key); slot < own.start || slot > own.end || !strings.HasPrefix(key, syncKeyPrefix) {
+			t.Errorf("keyServedBy(%v) = %q in slot %d", own, key, slot)
+		}
+	}
+	if _, err := keyServedBy([]slotRange{{0, 16383, "127.0.0.1:7001"}}, master); err == nil || err.Error() != "serves no slots" {
+		t.Errorf("keyServedBy for a master without slots: err = %v, want serves no slots", err)
 	}
 }
 

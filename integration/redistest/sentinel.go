@@ -38,7 +38,7 @@ func StartSentinel(t testing.TB, opts ...Option) *Sentinel {
 	st.Master = startDataNode(t, bin, o, false, nil)
 	host, port, _ := net.SplitHostPort(st.Master.Addr)
 	st.Replica = startDataNode(t, bin, o, false, []string{"--replicaof", host, port})
-	if err := waitLinked(st.Replica); err != nil {
+	if err := waitSynced(st.Replica, settleTimeout); err != nil {
 		t.Fatalf("redistest: replica %s: %v", st.Replica.Addr, err)
 	}
 

@@ -38,6 +38,8 @@ type Server struct {
 	dir      string
 	logPath  string
 	password string
+	// cluster is set for a cluster node.
+	cluster bool
 
 	// logShown is set once a failure message carried the log tail, so
 	// cleanup does not print it again.
@@ -103,11 +105,12 @@ func startDataNode(t testing.TB, bin string, o options, cluster bool, extra []st
 // startServer starts a redis-server in a new temporary directory with the
 // arguments build returns for a free port, retrying on other ports when the
 // chosen one was taken meanwhile, and waits until it answers PING. password
-// is what the harness authenticates with.
-func startServer(t testing.TB, bin, password string, clusterBus bool, build func(dir string, port int) ([]string, error)) *Server {
+// is what the harness authenticates with; cluster says the server is a
+// cluster node, whose bus port must be free as well.
+func startServer(t testing.TB, bin, password string, cluster bool, build func(dir string, port int) ([]string, error)) *Server {
 	t.Helper()
 	dir := t.TempDir()
-	s := &Server{t: t, bin: bin, dir: dir, logPath: filepath.Join(dir, "redis.log"), password: password}
+	s := &Server{t: t, bin: bin, dir: dir, logPath: filepath.Join(dir, "redis.log"), password: password, cluster: cluster}
 	// Registered after TempDir, so it runs before the directory is removed.
 	t.Cleanup(func() {
 		if t.Failed() && !s.logShown {
@@ -120,7 +123,7 @@ func startServer(t testing.TB, bin, password string, clusterBus bool, build func
 	var err error
 	for range startAttempts {
 		var port int
-		port, err = freePort(clusterBus)
+		port, err = freePort(cluster)
 		if err != nil {
 			break
 		}
