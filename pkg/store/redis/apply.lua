@@ -1,33 +1,53 @@
--- tollgate: decide one slot group of hits atomically.
+-- tollgate: decide groups of hits, each group atomically.
 --
 -- This is package algorithm's Apply in Lua, followed by the batch rules of
 -- store.Store. Keep both in step: every formula below names the Go function
 -- it mirrors, and the vectors of package algorithmtest run against it.
 --
--- KEYS[i] is the counter of hit i (a key may repeat).
+-- A call carries one or more groups, each the hits of one Apply that share
+-- a slot, in the order the Applies arrived. Groups are independent: each
+-- is decided all-or-nothing by itself, a rejection or failure in one never
+-- touches another, and each sees the counters as the groups before it left
+-- them.
+--
+-- KEYS[i] is the counter of hit i, group after group (a key may repeat).
 -- ARGV[1] is now in µs since the epoch, or "" for the server's TIME.
 -- ARGV[2] is extra TTL in ms added to every key written.
--- ARGV[3] holds 6 integers per hit, space-separated:
+-- ARGV[3] packs the groups as little-endian 64-bit integers. Each group is
+-- its number of hits n, then n times
 --   kind requests burst period cost soft
 -- with kind 1 token bucket, 2 fixed window, 3 sliding-window counter,
 -- 4 sliding-window log (algorithm.Kind), period in µs, soft 1 or 0.
 --
--- Hits are decided in order, each seeing its counter as the earlier hits of
--- the call left it. If a hit that is not soft is rejected, nothing is
--- written and each admitted hit reports its unchanged counter (Allowed,
--- with the Remaining and ResetAfter of a check); otherwise every counter an
--- admitted hit changed is written once, with a TTL that ends when the
--- counter is empty again (algorithm.Limit.Expiry).
+-- Within a group, hits are decided in order, each seeing its counter as the
+-- earlier hits left it. If a hit that is not soft is rejected, the group
+-- changes nothing and each of its admitted hits reports its unchanged
+-- counter (Allowed, with the Remaining and ResetAfter of a check).
+-- Otherwise every counter an admitted hit changed takes its new state. Once
+-- all groups are decided, each changed counter is written once, with a TTL
+-- that ends when the counter is empty again (algorithm.Limit.Expiry).
 --
--- Returns 5 integers per hit: allowed (1 or 0), remaining, resetAfter µs,
--- retryAfter µs, limit; then now.
+-- Returns a list: now; a string of 5 little-endian 64-bit integers per hit,
+-- in hit order: allowed (1 or 0), remaining, resetAfter µs, retryAfter µs,
+-- limit; then, for each group that failed because a key holds a value of
+-- another type, its number (from 1) and the error message. A failed group
+-- changes nothing, and its hits' integers are meaningless.
 --
 -- Numbers are doubles. Every value is an integer below 2^53 for limits that
 -- pass algorithm.Limit.Validate, and the only rounding steps are
 -- math.ceil(a * b / c) and math.floor(a * b / c), evaluated exactly as the
--- Go code evaluates them (mulDivCeil, mulDivFloor).
+-- Go code evaluates them (mulDivCeil, mulDivFloor). Text is made with int:
+-- tostring (and ..) would print "%.14g", and redis.call formats a number
+-- argument with "%.17g", exactly but much slower.
+--
+-- Cost, the point of this layout: one script call for many Applies, one
+-- TIME for all of them (on the server's clock), per counter one GET (and a
+-- PEXPIRETIME for a live token bucket, see State I/O) and at most one SET
+-- however many hits and groups change it, and no table made per
+-- token-bucket hit.
 
 local floor, ceil, min, max, fmod = math.floor, math.ceil, math.min, math.max, math.fmod
+local sunpack = struct.unpack
 
 -- MAX_LOG_REQUESTS is algorithm.MaxLogRequests: a sliding-window log with a
 -- larger limit would add that many sorted-set members in one call, so it
@@ -55,37 +75,48 @@ local function windowStart(p)
 end
 
 ------------------------------------------------------------------------
--- Token bucket (algorithm.applyTokenBucket). State: { T }.
+-- Token bucket (algorithm.applyTokenBucket). State: the TAT, a number.
+--
+-- The hottest code: comparisons stand in for math.min and math.max, which
+-- cost a call each.
 
 local function need(j, p, r)
   return ceil(j * p / r)
 end
 
-local function tokens(k, cap, r, p)
-  if k <= 0 then return 0 end
-  return min(cap, floor(k * r / p))
-end
-
+-- bucketRemaining is max(0, min(tokens(k), k)), tokens(k) being the whole
+-- tokens that credit k holds: 0 when k <= 0, else min(cap, ⌊k·r/p⌋).
 local function bucketRemaining(k, cap, r, p)
-  return max(0, min(tokens(k, cap, r, p), k))
+  if k <= 0 then return 0 end
+  local t = floor(k * r / p)
+  if t > cap then t = cap end
+  if k < t then return k end
+  return t
 end
 
 -- Each apply function returns the new state (nil when unchanged), allowed
 -- (1 or 0), remaining, resetAfter, retryAfter and limit.
-local function tokenBucket(r, burst, p, cost, s)
-  local cap = r + max(burst, 0)
+local function tokenBucket(r, burst, p, cost, tat)
+  local cap = r
+  if burst > 0 then cap = r + burst end
   if r == 0 then
     if cost < 0 then return nil, 1, 0, 0, 0, cap end
     return nil, 0, 0, 0, p, cap
   end
-  local tau = need(cap, p, r)
-  local k = tau - max(0, s.T - now)
-  local a = tokens(k, cap, r, p)
+  local tau = ceil(cap * p / r) -- need(cap)
+  local k = tau -- the credit now, τ − max(0, TAT − now)
+  if tat > now then k = tau - (tat - now) end
+  local a = 0 -- the whole tokens, tokens(k)
+  if k > 0 then
+    a = floor(k * r / p)
+    if a > cap then a = cap end
+  end
   local k2
   if cost < 0 then
     local m = cap
     if cost > -m then m = -cost end
-    k2 = min(tau, k + need(a + m, p, r) - need(a, p, r))
+    k2 = k + need(a + m, p, r) - need(a, p, r)
+    if k2 > tau then k2 = tau end
   elseif cost == 0 then
     if a >= 1 then
       return nil, 1, bucketRemaining(k, cap, r, p), tau - k, 0, cap
@@ -96,9 +127,12 @@ local function tokenBucket(r, burst, p, cost, s)
   elseif cost > a then
     return nil, 0, bucketRemaining(k, cap, r, p), tau - k, need(cost, p, r) - k, cap
   else
-    k2 = min(k - need(a, p, r) + need(a - cost, p, r), need(a - cost + 1, p, r) - 1)
+    -- min(k − need(a) + need(a − cost), need(a − cost + 1) − 1)
+    k2 = k - ceil(a * p / r) + ceil((a - cost) * p / r)
+    local most = ceil((a - cost + 1) * p / r) - 1
+    if k2 > most then k2 = most end
   end
-  return { T = now + tau - k2 }, 1, bucketRemaining(k2, cap, r, p), tau - k2, 0, cap
+  return now + tau - k2, 1, bucketRemaining(k2, cap, r, p), tau - k2, 0, cap
 end
 
 ------------------------------------------------------------------------
@@ -133,6 +167,16 @@ end
 -- Sliding-window counter (algorithm.applySlidingWindowCounter).
 -- State: { T, Cur, Prev }.
 
+local function slidingEstimate(prev, cur, p, elapsed)
+  return ceil(prev * (p - elapsed) / p) + cur
+end
+
+local function slidingResetAfter(prev, cur, p, elapsed)
+  if cur > 0 then return 2 * p - elapsed end
+  if prev > 0 then return p - elapsed end
+  return 0
+end
+
 local function slidingCounter(r, p, cost, s)
   local w = windowStart(p)
   local elapsed = now - w
@@ -142,16 +186,8 @@ local function slidingCounter(r, p, cost, s)
   elseif s.T == w - p then
     prev = s.Cur
   end
-  local function estimate(pv, cu)
-    return ceil(pv * (p - elapsed) / p) + cu
-  end
-  local function resetAfter(pv, cu)
-    if cu > 0 then return 2 * p - elapsed end
-    if pv > 0 then return p - elapsed end
-    return 0
-  end
-  local e = estimate(prev, cur)
-  local remaining, reset = max(0, r - e), resetAfter(prev, cur)
+  local e = slidingEstimate(prev, cur, p, elapsed)
+  local remaining, reset = max(0, r - e), slidingResetAfter(prev, cur, p, elapsed)
   local n = max(cost, 1)
   if cost < 0 then
     if cost <= -(cur + prev) then
@@ -175,7 +211,8 @@ local function slidingCounter(r, p, cost, s)
   else
     cur = cur + cost
   end
-  return { T = w, Cur = cur, Prev = prev }, 1, max(0, r - estimate(prev, cur)), resetAfter(prev, cur), 0, r
+  return { T = w, Cur = cur, Prev = prev }, 1, max(0, r - slidingEstimate(prev, cur, p, elapsed)),
+    slidingResetAfter(prev, cur, p, elapsed), 0, r
 end
 
 ------------------------------------------------------------------------
@@ -189,13 +226,16 @@ end
 -- the stored ones after now (there are some only if a clock stepped back),
 -- exactly where algorithm.insertTimes puts new entries.
 
+-- logLoad returns the view of the stored log, or nil and an error message
+-- when the key holds another type.
 local function logLoad(key, p)
   local lo = '(' .. int(now - p)
-  local live = tonumber(redis.call('ZCOUNT', key, lo, '+inf'))
+  local live = redis.pcall('ZCOUNT', key, lo, '+inf')
+  if type(live) == 'table' then return nil, live.err end
   local l = { key = key, live = live, dead = 0, upToNow = 0, cut = 0, add = 0, p = p }
   if live > 0 then
-    l.dead = tonumber(redis.call('ZCARD', key)) - live
-    l.upToNow = tonumber(redis.call('ZCOUNT', key, lo, int(now)))
+    l.dead = redis.call('ZCARD', key) - live
+    l.upToNow = redis.call('ZCOUNT', key, lo, int(now))
   end
   return l
 end
@@ -234,6 +274,7 @@ local function logRemove(l, m)
   l.cut = l.cut + r1 + (m - r1 - r2)
 end
 
+-- slidingLog changes l in place when it admits a hit of cost other than 0.
 local function slidingLog(r, p, cost, l)
   local count = logCount(l)
   local remaining, reset = max(0, r - count), logResetAfter(l)
@@ -261,31 +302,39 @@ end
 
 ------------------------------------------------------------------------
 -- State I/O.
+--
+-- Fixed window: "T:Cur". Sliding-window counter: "T:Cur:Prev". Token
+-- bucket on the server's clock: the key expires at the TAT rounded up to a
+-- ms, E, and holds E·1000 − TAT, below 1000, so Redis stores it as a shared
+-- integer and the key costs no value object. Token bucket on a client's
+-- clock, whose instants Redis expiry cannot express: the TAT itself (from
+-- 1000 up).
+--
+-- Holding the TAT on the server's clock too would spare the PEXPIRETIME
+-- that reading a live bucket takes (about a sixth of a hit's GET and SET),
+-- but the value would then need an object: 16 bytes more per key, 129
+-- instead of 113 with Debian's jemalloc (TestMemoryPerKey). Most hits
+-- find their bucket gone or empty, and read no expiry.
 
--- load reads a counter. Fixed window: "T:Cur". Sliding-window counter:
--- "T:Cur:Prev". Token bucket on the server's clock: the key expires at the
--- TAT rounded up to a ms, E, and holds E·1000 − TAT, below 1000, so Redis
--- stores it as a shared integer and the key costs no value object. Token
--- bucket on a client's clock, whose instants Redis expiry cannot express:
--- the TAT itself (from 1000 up).
-local function load(key, kind, p)
-  if kind == 4 then return logLoad(key, p) end
-  local v = redis.call('GET', key)
-  if not v then return { T = 0, Cur = 0, Prev = 0 } end
+-- parse returns the state of a string counter from its value v (false when
+-- the key is missing).
+local function parse(key, kind, v)
   if kind == 1 then
+    if not v then return 0 end
     local t = tonumber(v) or 0
     if t < 1000 then
       t = redis.call('PEXPIRETIME', key) * 1000 - t
     end
-    return { T = t, Cur = 0, Prev = 0 }
+    return t
   end
+  if not v then return { T = 0, Cur = 0, Prev = 0 } end
   local t, c, pv = string.match(v, '^(%-?%d+):(%-?%d+):?(%-?%d*)$')
   return { T = tonumber(t) or 0, Cur = tonumber(c) or 0, Prev = tonumber(pv) or 0 }
 end
 
 -- ttl returns the ms until the µs timestamp expiry, rounded up, plus slack.
 local function ttl(expiry)
-  return int(ceil((expiry - now) / 1000) + slack)
+  return ceil((expiry - now) / 1000) + slack
 end
 
 local function logWrite(key, l)
@@ -305,7 +354,7 @@ local function logWrite(key, l)
     -- newest entries of a score are its highest-ranked members and the
     -- existing names are exactly 0 to count-1.
     local at = int(now)
-    local i = tonumber(redis.call('ZCOUNT', key, at, at))
+    local i = redis.call('ZCOUNT', key, at, at)
     local left = l.add
     while left > 0 do
       local args = { 'ZADD', key, 'NX' }
@@ -316,42 +365,58 @@ local function logWrite(key, l)
         args[#args + 1] = at .. '-' .. string.char(47 + #d) .. d
         i = i + 1
       end
-      left = left - tonumber(redis.call(unpack(args)))
+      left = left - redis.call(unpack(args))
     end
   end
-  redis.call('PEXPIRE', key, ttl(expiry))
+  redis.call('PEXPIRE', key, int(ttl(expiry)))
 end
 
+-- write stores a changed counter. Numbers go to redis.call as text from
+-- int (see the header).
 local function write(key, kind, p, s)
   if kind == 4 then return logWrite(key, s) end
   local expiry, value = 0, nil
   if kind == 1 then
-    if serverTime and s.T > now then
-      local e = ceil(s.T / 1000)
-      redis.call('SET', key, int(e * 1000 - s.T), 'PXAT', int(e))
+    if serverTime and s > now then
+      local e = ceil(s / 1000)
+      redis.call('SET', key, int(e * 1000 - s), 'PXAT', int(e))
       return
     end
-    expiry, value = s.T, int(s.T)
+    expiry, value = s, int(s)
   elseif kind == 2 then
     if s.Cur > 0 then expiry = s.T + p end
-    value = int(s.T) .. ':' .. int(s.Cur)
+    value = string.format('%d:%d', s.T, s.Cur)
   else
     if s.Cur > 0 then
       expiry = s.T + 2 * p
     elseif s.Prev > 0 then
       expiry = s.T + p
     end
-    value = int(s.T) .. ':' .. int(s.Cur) .. ':' .. int(s.Prev)
+    value = string.format('%d:%d:%d', s.T, s.Cur, s.Prev)
   end
   if expiry <= now then
     redis.call('DEL', key)
   else
-    redis.call('SET', key, value, 'PX', ttl(expiry))
+    redis.call('SET', key, value, 'PX', int(ttl(expiry)))
   end
 end
 
 ------------------------------------------------------------------------
--- The batch.
+-- The groups.
+
+-- HIT is the struct format of one hit of ARGV[3], HIT_SIZE its length.
+local HIT, HIT_SIZE = '<i8i8i8i8i8i8', 48
+
+local keys, packed = KEYS, ARGV[3]
+
+-- load reads a counter, returning its state, or nil and the error when
+-- the key holds a value of another type.
+local function load(key, kind, p)
+  if kind == 4 then return logLoad(key, p) end
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' then return nil, v.err end
+  return parse(key, kind, v)
+end
 
 local function decide(kind, r, burst, p, cost, s)
   if kind == 1 then return tokenBucket(r, burst, p, cost, s) end
@@ -360,65 +425,126 @@ local function decide(kind, r, burst, p, cost, s)
   return slidingLog(r, p, cost, s)
 end
 
-local hits = {}
-for x in string.gmatch(ARGV[3], '%S+') do
-  hits[#hits + 1] = tonumber(x)
-end
-
-local n = #KEYS
-local out = {}
-local original, current, dirty = {}, {}, {}
-local rejected = false
-for i = 1, n do
-  local key, j = KEYS[i], (i - 1) * 6
-  local kind, r, burst, p, cost, soft = hits[j + 1], hits[j + 2], hits[j + 3], hits[j + 4], hits[j + 5], hits[j + 6]
-  local o = (i - 1) * 5
-  if p <= 0 or r < 0 or kind < 1 or kind > 4 or (kind == 4 and r > MAX_LOG_REQUESTS) then
-    -- algorithm.Apply: an invalid limit rejects with a zero verdict.
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = 0, 0, 0, 0, 0
-  else
-    if not current[key] then
-      local s = load(key, kind, p)
-      original[key] = s
-      if kind == 4 then s = logCopy(s) end
-      current[key] = s
-    end
-    local s, allowed, remaining, reset, retry, limit = decide(kind, r, burst, p, cost, current[key])
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = allowed, remaining, reset, retry, limit
-    if allowed == 1 then
-      if cost ~= 0 and s then
-        current[key] = s
-        dirty[key] = i
+-- Decide the groups in order. Group g starts at hit first + 1 and at byte
+-- pos of ARGV[3]; res receives 5 results per hit, out (the reply) the
+-- number and error message of each failed group.
+--
+-- state[key] is a counter as the groups so far left it, read on first use.
+-- A changed counter joins written once, when its group commits, and
+-- dirty[key] is where in ARGV[3] a hit on it starts, for its kind and
+-- period (both part of the key). A group of one hit commits whatever it
+-- changed: a hit that changes its counter is admitted. A larger group
+-- saves in undo (key, state, hit position, in turn) each counter its hits
+-- use, when seen[key] first marks it with g, and sets changed[key] = g
+-- when a hit changes it; a rejection or failure restores the counters.
+-- (These three tables are made for the first such group.)
+local out, res = { now, '' }, {}
+local state, dirty, written = {}, {}, {}
+local seen, changed, undo
+local o, g, first, pos = 0, 0, 0, 1
+while pos <= #packed do
+  local n
+  n, pos = sunpack('<i8', packed, pos)
+  g = g + 1
+  local single, start, last, o0, u = n == 1, pos, first + n, o, 0
+  local rejected, err = false, nil
+  if not single and not seen then seen, changed, undo = {}, {}, {} end
+  for i = first + 1, last do
+    local kind, r, burst, p, cost, soft
+    local at = pos
+    kind, r, burst, p, cost, soft, pos = sunpack(HIT, packed, pos)
+    local key = keys[i]
+    local allowed, remaining, reset, retry, limit = 0, 0, 0, 0, 0
+    if p <= 0 or r < 0 or kind < 1 or kind > 4 or (kind == 4 and r > MAX_LOG_REQUESTS) then
+      -- algorithm.Apply: an invalid limit rejects with a zero verdict.
+      if soft == 0 then rejected = true end
+    else
+      local s, e = state[key], nil
+      if s == nil then
+        s, e = load(key, kind, p)
+        state[key] = s
       end
-    elseif soft == 0 then
-      rejected = true
+      if s == nil then
+        err = e
+      else
+        if not single and seen[key] ~= g then
+          seen[key] = g
+          undo[u + 1], undo[u + 2], undo[u + 3] = key, s, at
+          u = u + 3
+          if kind == 4 then
+            s = logCopy(s)
+            state[key] = s
+          end
+        end
+        s, allowed, remaining, reset, retry, limit = decide(kind, r, burst, p, cost, s)
+        if allowed == 1 then
+          if cost ~= 0 and s then
+            state[key] = s
+            if not single then
+              changed[key] = g
+            elseif not dirty[key] then
+              dirty[key] = at
+              written[#written + 1] = key
+            end
+          end
+        elseif soft == 0 then
+          rejected = true
+        end
+      end
+    end
+    res[o + 1], res[o + 2], res[o + 3], res[o + 4], res[o + 5] = allowed, remaining, reset, retry, limit
+    o = o + 5
+  end
+
+  if err or rejected then
+    for x = 1, u, 3 do
+      state[undo[x]] = undo[x + 1]
+    end
+  else
+    for x = 1, u, 3 do
+      local key = undo[x]
+      if changed[key] == g and not dirty[key] then
+        dirty[key] = undo[x + 2]
+        written[#written + 1] = key
+      end
     end
   end
+  if err then
+    out[#out + 1], out[#out + 2] = g, err
+  elseif rejected then
+    -- Nothing is charged: each admitted hit reports its counter as it was.
+    for i = first + 1, last do
+      local x = o0 + (i - first - 1) * 5
+      if res[x + 1] == 1 then
+        local kind, r, burst, p = sunpack(HIT, packed, start + (i - first - 1) * HIT_SIZE)
+        -- A check (cost 0) changes no state, not even a log view.
+        local _, _, remaining, reset, _, limit = decide(kind, r, burst, p, 0, state[keys[i]])
+        res[x + 2], res[x + 3], res[x + 4], res[x + 5] = remaining, reset, 0, limit
+      end
+    end
+  end
+  first = last
 end
 
-if rejected then
-  -- Nothing is charged: each admitted hit reports its counter as stored.
-  for i = 1, n do
-    local o = (i - 1) * 5
-    if out[o + 1] == 1 then
-      local key, j = KEYS[i], (i - 1) * 6
-      local kind, r, burst, p = hits[j + 1], hits[j + 2], hits[j + 3], hits[j + 4]
-      local s = original[key]
-      if kind == 4 then s = logCopy(s) end
-      local _, _, remaining, reset, _, limit = decide(kind, r, burst, p, 0, s)
-      out[o + 2], out[o + 3], out[o + 4], out[o + 5] = remaining, reset, 0, limit
-    end
-  end
+-- Write each changed counter once; the order is deterministic, and so are
+-- the commands replicated.
+for x = 1, #written do
+  local key = written[x]
+  local kind, _, _, p = sunpack(HIT, packed, dirty[key])
+  write(key, kind, p, state[key])
+end
+
+-- pack packs results x to y; unpack is bounded by Lua's stack, so by a
+-- few thousand values.
+local function pack(x, y)
+  return struct.pack('<' .. string.rep('i8', y - x + 1), unpack(res, x, y))
+end
+
+if o <= 1000 then
+  out[2] = pack(1, o)
 else
-  -- In hit order, so the commands replicated are deterministic.
-  for i = 1, n do
-    local key = KEYS[i]
-    if dirty[key] == i then
-      local j = (i - 1) * 6
-      write(key, hits[j + 1], hits[j + 4], current[key])
-    end
-  end
+  local chunks = {}
+  for x = 1, o, 1000 do chunks[#chunks + 1] = pack(x, min(x + 999, o)) end
+  out[2] = table.concat(chunks)
 end
-
-out[#out + 1] = now
 return out

@@ -10,20 +10,21 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/store"
 )
 
-// senders is the number of pipelines in flight at once. While all are out,
+// senders is the number of batches in flight at once. While all are out,
 // calls queue and leave together in the next one.
 const senders = 4
 
-// batcher collects script calls from concurrent Applies and sends them as
-// pipelines: a collector goroutine forms batches and hands each to one of
-// the sender goroutines.
+// batcher collects the calls (slot groups) of concurrent Applies and sends
+// each batch in one round trip, the calls of one slot merged into one
+// script call (see Store.send): a collector goroutine forms batches and
+// hands each to one of the sender goroutines.
 //
 // An Apply that finds nothing in flight and nothing queued sends its own
 // calls from its own goroutine, as if batching were off, so an idle store
 // adds no hand-offs to the round trip. (Only with a client that honours
 // context deadlines: otherwise the caller could not leave when its context
 // ends.) Calls that arrive meanwhile queue; the collector waits up to
-// window for more while pipelines are in flight (or until max), and when
+// window for more while batches are in flight (or until max), and when
 // every sender is busy the calls wait in the queue and join the next batch.
 type batcher struct {
 	s      *Store

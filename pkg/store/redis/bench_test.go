@@ -3,6 +3,8 @@ package redis_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -19,8 +21,10 @@ import (
 
 // BenchmarkApply decides one token-bucket hit per Apply against a
 // standalone server, from one goroutine (the latency an idle store adds)
-// and from many, with batching on and off. It reports round trips per
-// decision beside ns/op and allocs/op.
+// and from many, with batching on and off. Beside ns/op and allocs/op it
+// reports, per decision, round trips, script calls, and the CPU time of
+// Redis: redis-us/op for the whole server (network included), script-us/op
+// for the script calls alone (INFO commandstats).
 func BenchmarkApply(b *testing.B) {
 	d := standalone(b)
 	for _, window := range []time.Duration{0, 200 * time.Microsecond, -1} {
@@ -30,11 +34,12 @@ func BenchmarkApply(b *testing.B) {
 				name = fmt.Sprintf("window=%v/goroutines=%dxGOMAXPROCS", window, parallel)
 			}
 			b.Run(name, func(b *testing.B) {
+				client := d.client(b)
 				mp, sum := metricsReader(b)
-				s := newStore(b, redis.Options{Client: d.client(b), BatchWindow: window, MeterProvider: mp})
+				s := newStore(b, redis.Options{Client: client, BatchWindow: window, MeterProvider: mp})
 				l := limit(algorithm.TokenBucket, 1e9, time.Second)
 				apply(b, s, hit("warm-up", l, 1))
-				trips0 := sum("tollgate_redis_round_trips")
+				m := startMeasuring(b, client, sum)
 				var worker atomic.Int64
 				b.ReportAllocs()
 				b.ResetTimer()
@@ -60,10 +65,106 @@ func BenchmarkApply(b *testing.B) {
 					})
 				}
 				b.StopTimer()
-				b.ReportMetric(float64(sum("tollgate_redis_round_trips")-trips0)/float64(b.N), "roundtrips/op")
+				m.report(b)
 			})
 		}
 	}
+}
+
+// BenchmarkApplyKeys is the load of the Redis-store issue's closed-loop
+// scenario: 64 goroutines, each deciding one token-bucket hit (1000 per
+// second) on a random one of 10 000 keys per Apply, through the default
+// batcher. See BenchmarkApply for the metrics.
+func BenchmarkApplyKeys(b *testing.B) {
+	const keys = 10_000
+	d := standalone(b)
+	client := d.client(b)
+	mp, sum := metricsReader(b)
+	s := newStore(b, redis.Options{Client: client, MeterProvider: mp})
+	l := limit(algorithm.TokenBucket, 1000, time.Second)
+	names := make([]string, keys)
+	for i := range names {
+		names[i] = "k" + strconv.Itoa(i)
+	}
+	apply(b, s, hit("warm-up", l, 1))
+	m := startMeasuring(b, client, sum)
+	var seed atomic.Uint64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
+	b.RunParallel(func(pb *testing.PB) {
+		rng := rand.New(rand.NewPCG(seed.Add(1), 0))
+		hits := make([]store.Hit, 1)
+		v := make([]algorithm.Verdict, 1)
+		for pb.Next() {
+			hits[0] = hit(names[rng.IntN(keys)], l, 1)
+			if err := s.Apply(context.Background(), hits, v); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	m.report(b)
+}
+
+// measuring holds the counters a benchmark reports per decision.
+type measuring struct {
+	client                 goredis.UniversalClient
+	sum                    func(string) int64
+	trips, calls           int64
+	cpu, scriptCPU         float64
+	scriptCalls, decisions int64
+}
+
+// startMeasuring reads the counters at the start of a benchmark.
+func startMeasuring(b *testing.B, client goredis.UniversalClient, sum func(string) int64) *measuring {
+	m := &measuring{client: client, sum: sum}
+	m.trips, m.calls = sum("tollgate_redis_round_trips"), sum("tollgate_redis_script_calls")
+	m.cpu, m.scriptCPU = redisCPU(b, client)
+	return m
+}
+
+// report reports the counters' growth per decision (b.N).
+func (m *measuring) report(b *testing.B) {
+	cpu, scriptCPU := redisCPU(b, m.client)
+	n := float64(b.N)
+	b.ReportMetric(float64(m.sum("tollgate_redis_round_trips")-m.trips)/n, "roundtrips/op")
+	b.ReportMetric(float64(m.sum("tollgate_redis_script_calls")-m.calls)/n, "scriptcalls/op")
+	b.ReportMetric((cpu-m.cpu)/n, "redis-us/op")
+	b.ReportMetric((scriptCPU-m.scriptCPU)/n, "script-us/op")
+}
+
+// redisCPU returns the CPU time Redis has used, in µs, and the time spent
+// in EVALSHA, from INFO.
+func redisCPU(b *testing.B, client goredis.UniversalClient) (cpu, script float64) {
+	b.Helper()
+	info, err := client.Info(context.Background(), "cpu", "commandstats").Result()
+	if err != nil {
+		b.Fatalf("INFO: %v", err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		name, value, _ := strings.Cut(line, ":")
+		switch name {
+		case "used_cpu_sys", "used_cpu_user":
+			f, err := strconv.ParseFloat(value, 64)
+			if err != nil {
+				b.Fatalf("INFO %s: %v", line, err)
+			}
+			cpu += f * 1e6
+		case "cmdstat_evalsha":
+			for _, field := range strings.Split(value, ",") {
+				if k, v, _ := strings.Cut(field, "="); k == "usec" {
+					f, err := strconv.ParseFloat(v, 64)
+					if err != nil {
+						b.Fatalf("INFO %s: %v", line, err)
+					}
+					script = f
+				}
+			}
+		}
+	}
+	return cpu, script
 }
 
 // TestMemoryPerKey creates a million token buckets of a typical descriptor

@@ -36,11 +36,11 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 		metric.WithDescription("Pipelines, or single commands, sent to Redis; a Cluster pipeline reaches every node it names at once."),
 		metric.WithUnit("{round_trip}"))
 	m.scriptCalls, errs[1] = meter.Int64Counter("tollgate_redis_script_calls",
-		metric.WithDescription("Script calls sent to Redis: one per slot group of a batch, refunds and NOSCRIPT retries included."),
+		metric.WithDescription("Script calls sent to Redis, each carrying the slot groups of one or more Applies in one slot; refunds and NOSCRIPT retries included."),
 		metric.WithUnit("{call}"))
 	m.batchSize, errs[2] = meter.Int64Histogram("tollgate_redis_batch_size",
-		metric.WithDescription("Script calls per round trip."),
-		metric.WithUnit("{call}"),
+		metric.WithDescription("Slot groups (the hits of one Apply in one slot) per round trip."),
+		metric.WithUnit("{group}"),
 		metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64, 128, 256))
 	m.errors, errs[3] = meter.Int64Counter("tollgate_redis_errors",
 		metric.WithDescription("Batches the Redis store could not decide, by reason: redis (an error from Redis or the network), context (the caller's deadline or cancellation) or closed."),

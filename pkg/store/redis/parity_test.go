@@ -51,6 +51,63 @@ func TestMatchesReference(t *testing.T) {
 	}
 }
 
+// TestMergedMatchesReference is TestMatchesReference for concurrent
+// Applies: each step sends several random batches in one round trip, so
+// that the batches of one slot share a script call, and the reference
+// applies them one after another, in order, at the instant each was
+// decided. Every batch has one shard, as on a cluster in
+// TestMatchesReference.
+func TestMergedMatchesReference(t *testing.T) {
+	steps := 1000
+	if testing.Short() {
+		steps = 200
+	}
+	for _, start := range []func(testing.TB) deployment{standalone, cluster} {
+		d := start(t)
+		for _, clock := range []string{"client clock", "server clock"} {
+			t.Run(d.name+"/"+clock, func(t *testing.T) {
+				opts := redis.Options{Client: d.client(t), KeyPrefix: "m" + clock[:1]}
+				c := algorithmtest.NewClock(t0)
+				if clock == "client clock" {
+					opts.Now = c.Now
+				}
+				s := newStore(t, opts)
+				ref := &refStore{states: map[string]algorithm.State{}}
+				rng := rand.New(rand.NewPCG(3, 4))
+				limits := parityLimits(rng)
+				for step := range steps {
+					c.Advance(time.Duration(rng.ExpFloat64() * float64(20*time.Millisecond)))
+					batches := make([][]store.Hit, 1+rng.IntN(8))
+					got := make([][]algorithm.Verdict, len(batches))
+					for b := range batches {
+						shard := "s" + strconv.Itoa(rng.IntN(3))
+						batches[b] = make([]store.Hit, 1+rng.IntN(4))
+						for i := range batches[b] {
+							batches[b][i] = parityHit(rng, limits, shard)
+						}
+						got[b] = make([]algorithm.Verdict, len(batches[b]))
+					}
+					at, errs := redis.ApplyTogether(s, context.Background(), batches, got)
+					for b, hits := range batches {
+						if errs[b] != nil {
+							t.Fatalf("step %d, batch %d of %d: %v", step, b, len(batches), errs[b])
+						}
+						want := make([]algorithm.Verdict, len(hits))
+						ref.apply(at[b], hits, want)
+						for i := range hits {
+							if got[b][i] != want[i] {
+								t.Fatalf("step %d at %dµs, batch %d of %d, hit %d of %d (%s %+v cost %d soft %t):\n got  %+v\n want %+v",
+									step, at[b], b, len(batches), i, len(hits), hits[i].Entries[0].Value, hits[i].Limit,
+									hits[i].Cost, hits[i].Soft, got[b][i], want[i])
+							}
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
 // runParity applies random batches through apply, which returns the
 // instant they were decided at, and compares every verdict with the
 // reference's at that instant. With oneShard, each batch has a single

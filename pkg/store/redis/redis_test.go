@@ -111,7 +111,7 @@ func TestVectors(t *testing.T) {
 }
 
 // metricsReader returns a meter provider and a function that sums an
-// Int64 counter of it.
+// Int64 counter of it, or the values recorded by an Int64 histogram.
 func metricsReader(t testing.TB) (*sdkmetric.MeterProvider, func(name string) int64) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
@@ -123,9 +123,17 @@ func metricsReader(t testing.TB) (*sdkmetric.MeterProvider, func(name string) in
 		var n int64
 		for _, sm := range rm.ScopeMetrics {
 			for _, m := range sm.Metrics {
-				if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == name {
-					for _, dp := range sum.DataPoints {
+				if m.Name != name {
+					continue
+				}
+				switch data := m.Data.(type) {
+				case metricdata.Sum[int64]:
+					for _, dp := range data.DataPoints {
 						n += dp.Value
+					}
+				case metricdata.Histogram[int64]:
+					for _, dp := range data.DataPoints {
+						n += dp.Sum
 					}
 				}
 			}
@@ -458,7 +466,8 @@ func TestCrossSlotConcurrent(t *testing.T) {
 }
 
 // TestBatching checks that concurrent Applies share round trips when
-// batching is on, and that each Apply is its own round trip when it is off.
+// batching is on, each round trip one script call that carries the Applies
+// as groups, and that each Apply is its own round trip when it is off.
 func TestBatching(t *testing.T) {
 	d := standalone(t)
 	const (
@@ -475,7 +484,7 @@ func TestBatching(t *testing.T) {
 			l := limit(algorithm.TokenBucket, 1e6, time.Second)
 			// Once the script is surely loaded, count from zero.
 			apply(t, s, hit("warm-up", l, 1))
-			trips0, calls0 := sum("tollgate_redis_round_trips"), sum("tollgate_redis_script_calls")
+			trips0, calls0, groups0 := sum("tollgate_redis_round_trips"), sum("tollgate_redis_script_calls"), sum("tollgate_redis_batch_size")
 			var wg sync.WaitGroup
 			for w := range workers {
 				wg.Go(func() {
@@ -489,16 +498,19 @@ func TestBatching(t *testing.T) {
 				})
 			}
 			wg.Wait()
-			trips, calls := sum("tollgate_redis_round_trips")-trips0, sum("tollgate_redis_script_calls")-calls0
-			t.Logf("%d Applies: %d script calls in %d round trips", workers*applies, calls, trips)
-			if calls != workers*applies {
-				t.Errorf("script calls = %d, want %d", calls, workers*applies)
+			trips, calls, groups := sum("tollgate_redis_round_trips")-trips0, sum("tollgate_redis_script_calls")-calls0, sum("tollgate_redis_batch_size")-groups0
+			t.Logf("%d Applies: %d groups in %d script calls in %d round trips", workers*applies, groups, calls, trips)
+			if groups != workers*applies {
+				t.Errorf("groups sent = %d, want %d", groups, workers*applies)
 			}
-			if tt.batched && trips >= calls*3/4 {
-				t.Errorf("round trips = %d for %d calls: batching saved under a quarter", trips, calls)
+			if calls != trips {
+				t.Errorf("script calls = %d in %d round trips, want one per round trip", calls, trips)
 			}
-			if !tt.batched && trips != calls {
-				t.Errorf("round trips = %d, want one per call (%d) without batching", trips, calls)
+			if tt.batched && trips >= groups*3/4 {
+				t.Errorf("round trips = %d for %d groups: batching saved under a quarter", trips, groups)
+			}
+			if !tt.batched && trips != groups {
+				t.Errorf("round trips = %d, want one per group (%d) without batching", trips, groups)
 			}
 		})
 	}

@@ -4,13 +4,17 @@ import (
 	"context"
 	"crypto/sha1"
 	_ "embed"
+	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"strconv"
 
 	goredis "github.com/redis/go-redis/v9"
 )
 
-// applyScript decides one slot group of hits; see its header comment.
+// applyScript decides groups of hits, each the hits of one Apply in one
+// slot; see its header comment.
 //
 //go:embed apply.lua
 var applyScript string
@@ -58,8 +62,9 @@ func (s *Store) loadScript(ctx context.Context) error {
 	}
 }
 
-// run sends calls in one round trip, a pipeline when there are several, and
-// leaves each call's result or error in it. Calls that Redis answers with
+// run sends calls in one round trip, as one script call per slot (a
+// pipeline when there are several), and leaves each call's result or error
+// in it. Calls that Redis answers with
 // NOSCRIPT are sent again, once, after the script is loaded.
 func (s *Store) run(ctx context.Context, calls []*call) {
 	s.send(ctx, calls)
@@ -81,47 +86,156 @@ func (s *Store) run(ctx context.Context, calls []*call) {
 	s.send(ctx, retry)
 }
 
-// send is one round trip of run.
-func (s *Store) send(ctx context.Context, calls []*call) {
-	s.metrics.roundTrips.Add(ctx, 1)
-	s.metrics.scriptCalls.Add(ctx, int64(len(calls)))
-	s.metrics.batchSize.Record(ctx, int64(len(calls)))
-	if len(calls) == 1 {
-		c := calls[0]
-		c.result(s.client.EvalSha(ctx, applySHA, c.keys, c.now, s.slack, c.args))
-		return
-	}
-	pipe := s.client.Pipeline()
-	cmds := make([]*goredis.Cmd, len(calls))
-	for i, c := range calls {
-		cmds[i] = pipe.EvalSha(ctx, applySHA, c.keys, c.now, s.slack, c.args)
-	}
-	_, _ = pipe.Exec(ctx) // each command holds its own error
-	for i, c := range calls {
-		c.result(cmds[i])
+// maxScriptHits is the most hits merged into one script call, so that one
+// call never holds Redis for long: 256 token-bucket hits take it about a
+// millisecond. A single Apply's slot group may be larger; it then goes
+// alone.
+const maxScriptHits = 256
+
+// script is one EVALSHA: calls of one slot, in order, each a group of the
+// script (see apply.lua).
+type script struct {
+	slot  int
+	calls []*call
+	hits  int
+	now   int64 // the latest of the calls' instants, on a client's clock
+	// keys and args are the calls' keys and groups, concatenated, when
+	// there are several.
+	keys []string
+	args []byte
+	// nowArg is ARGV[1].
+	nowArg []byte
+	cmd    *goredis.Cmd
+}
+
+// sending holds the scripts of one round trip; it is reused through a pool.
+type sending struct {
+	scripts []script
+}
+
+// merge fills sd with the scripts that carry calls: each call joins the
+// latest script of its slot while that stays within maxScriptHits, so the
+// calls of a slot keep their order.
+func (sd *sending) merge(calls []*call) {
+	sd.scripts = sd.scripts[:0]
+	for _, c := range calls {
+		var sc *script
+		for i := len(sd.scripts) - 1; i >= 0; i-- {
+			if sd.scripts[i].slot == c.slot {
+				sc = &sd.scripts[i]
+				break
+			}
+		}
+		if sc == nil || sc.hits+len(c.keys) > maxScriptHits {
+			if len(sd.scripts) < cap(sd.scripts) {
+				sd.scripts = sd.scripts[:len(sd.scripts)+1]
+			} else {
+				sd.scripts = append(sd.scripts, script{})
+			}
+			sc = &sd.scripts[len(sd.scripts)-1]
+			sc.slot, sc.calls, sc.hits, sc.now = c.slot, sc.calls[:0], 0, c.now
+		}
+		sc.calls = append(sc.calls, c)
+		sc.hits += len(c.keys)
+		sc.now = max(sc.now, c.now)
 	}
 }
 
-// result stores the outcome of the call's command.
-func (c *call) result(cmd *goredis.Cmd) {
-	c.res = c.res[:0]
-	if err := cmd.Err(); err != nil {
-		c.err = err
-		return
+// clear drops the references sd holds, keeping its buffers.
+func (sd *sending) clear() {
+	for i := range sd.scripts {
+		sc := &sd.scripts[i]
+		clear(sc.calls)
+		clear(sc.keys)
+		sc.calls, sc.keys, sc.cmd = sc.calls[:0], sc.keys[:0], nil
 	}
-	vals, ok := cmd.Val().([]any)
-	if !ok || len(vals) != 5*len(c.keys)+1 {
-		c.err = fmt.Errorf("script returned %T of %d values for %d hits", cmd.Val(), len(vals), len(c.keys))
-		return
-	}
-	for _, v := range vals {
-		n, ok := v.(int64)
-		if !ok {
-			c.err = fmt.Errorf("script returned a %T", v)
-			return
+	sd.scripts = sd.scripts[:0]
+}
+
+// send is one round trip of run: the calls of each slot go in as few
+// script calls as maxScriptHits allows.
+func (s *Store) send(ctx context.Context, calls []*call) {
+	sd := s.sendings.Get().(*sending)
+	sd.merge(calls)
+	s.metrics.roundTrips.Add(ctx, 1)
+	s.metrics.scriptCalls.Add(ctx, int64(len(sd.scripts)))
+	s.metrics.batchSize.Record(ctx, int64(len(calls)))
+	if len(sd.scripts) == 1 {
+		sc := &sd.scripts[0]
+		sc.result(s.evalSha(ctx, s.client, sc))
+	} else {
+		pipe := s.client.Pipeline()
+		for i := range sd.scripts {
+			sc := &sd.scripts[i]
+			sc.cmd = s.evalSha(ctx, pipe, sc)
 		}
-		c.res = append(c.res, n)
+		_, _ = pipe.Exec(ctx) // each command holds its own error
+		for i := range sd.scripts {
+			sd.scripts[i].result(sd.scripts[i].cmd)
+		}
 	}
-	c.decidedAt = c.res[len(c.res)-1]
-	c.err = nil
+	sd.clear()
+	s.sendings.Put(sd)
+}
+
+// evalSha queues or sends the script call of sc.
+func (s *Store) evalSha(ctx context.Context, c goredis.Scripter, sc *script) *goredis.Cmd {
+	sc.nowArg = sc.nowArg[:0]
+	if s.now != nil {
+		sc.nowArg = strconv.AppendInt(sc.nowArg, sc.now, 10)
+	}
+	keys, args := sc.calls[0].keys, sc.calls[0].args
+	if len(sc.calls) > 1 {
+		sc.keys, sc.args = sc.keys[:0], sc.args[:0]
+		for _, c := range sc.calls {
+			sc.keys = append(sc.keys, c.keys...)
+			sc.args = append(sc.args, c.args...)
+		}
+		keys, args = sc.keys, sc.args
+	}
+	return c.EvalSha(ctx, applySHA, keys, sc.nowArg, s.slack, args)
+}
+
+// result hands each call of sc its part of the script's reply: now, the
+// results of every hit (5 little-endian int64 each), then the group number
+// and error message of each failed group.
+func (sc *script) result(cmd *goredis.Cmd) {
+	if err := sc.parse(cmd); err != nil {
+		for _, c := range sc.calls {
+			c.res, c.err = c.res[:0], err
+		}
+	}
+}
+
+// parse is result, returning an error when the reply fails or is malformed.
+func (sc *script) parse(cmd *goredis.Cmd) error {
+	if err := cmd.Err(); err != nil {
+		return err
+	}
+	vals, _ := cmd.Val().([]any)
+	if len(vals) < 2 || len(vals)%2 != 0 {
+		return fmt.Errorf("script returned %T of %d values, want now, results and failures", cmd.Val(), len(vals))
+	}
+	now, ok1 := vals[0].(int64)
+	res, ok2 := vals[1].(string)
+	if !ok1 || !ok2 || len(res) != 8*5*sc.hits {
+		return fmt.Errorf("script returned %T and %T of %d bytes for %d hits", vals[0], vals[1], len(res), sc.hits)
+	}
+	for _, c := range sc.calls {
+		c.decidedAt, c.err = now, nil
+		c.res = c.res[:0]
+		for range 5 * len(c.keys) {
+			c.res = append(c.res, int64(binary.LittleEndian.Uint64([]byte(res[:8]))))
+			res = res[8:]
+		}
+	}
+	for f := vals[2:]; len(f) > 0; f = f[2:] {
+		g, ok1 := f[0].(int64)
+		msg, ok2 := f[1].(string)
+		if !ok1 || !ok2 || g < 1 || g > int64(len(sc.calls)) {
+			return fmt.Errorf("script returned a failure of %T %T", f[0], f[1])
+		}
+		sc.calls[g-1].err = errors.New(msg)
+	}
+	return nil
 }
