@@ -4,11 +4,11 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
+	"github.com/tollgatehq/tollgate/pkg/algorithm/algorithmtest"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/limiter"
 	"github.com/tollgatehq/tollgate/pkg/store/memory"
@@ -117,7 +117,7 @@ func TestExamplesBehaveAsDocumented(t *testing.T) {
 	for name, steps := range tests {
 		t.Run(name, func(t *testing.T) {
 			domain, _, _ := strings.Cut(name, "/")
-			clock := &fakeClock{t: noon}
+			clock := algorithmtest.NewClock(noon)
 			lim, err := limiter.New(limiter.Options{
 				Store: memory.New(memory.Options{Now: clock.Now}),
 				Tree:  func() *descriptor.Tree { return tree },
@@ -192,22 +192,4 @@ func check(t *testing.T, lim *limiter.Limiter, req *limiter.Request) limiter.Cod
 		t.Fatal(err)
 	}
 	return resp.Code
-}
-
-// fakeClock is a settable clock shared by a limiter and its store.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
+	"github.com/tollgatehq/tollgate/pkg/algorithm/algorithmtest"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/store"
 	"github.com/tollgatehq/tollgate/pkg/store/memory"
@@ -27,24 +28,6 @@ const (
 	t0Unix  = "1767225610" // Unix seconds of t0
 	t0Reset = "1767225660" // Unix seconds of 2026-01-01T00:01:00Z
 )
-
-// clock is a settable test clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // loadTree builds a tree from one YAML file.
 func loadTree(t testing.TB, yaml string) *descriptor.Tree {
@@ -82,7 +65,7 @@ func (r *recorder) Apply(ctx context.Context, hits []store.Hit, verdicts []algor
 
 type fixture struct {
 	lim   *Limiter
-	clock *clock
+	clock *algorithmtest.Clock
 	store *recorder
 }
 
@@ -90,7 +73,7 @@ type fixture struct {
 // clock at t0 and X-RateLimit headers; edit changes the options.
 func newFixture(t testing.TB, yaml string, edit func(*Options)) *fixture {
 	t.Helper()
-	clk := &clock{t: t0}
+	clk := algorithmtest.NewClock(t0)
 	rec := &recorder{inner: memory.New(memory.Options{Now: clk.Now})}
 	tree := loadTree(t, yaml)
 	opts := Options{
