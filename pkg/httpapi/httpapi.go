@@ -6,6 +6,7 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,7 +28,7 @@ type Checker interface {
 type Options struct {
 	Limiter Checker
 	// Validate checks a request against the service's bounds (sizes and
-	// counts) after limiter.Validate; nil applies no bounds.
+	// counts); nil applies none. The limiter checks the structure.
 	Validate    func(*limiter.Request) error
 	JSON        http.Handler // envoyproxy/ratelimit's POST /json
 	Metrics     http.Handler // GET /metrics
@@ -129,11 +130,17 @@ func (h *handler) check(w http.ResponseWriter, r *http.Request) {
 			req.Descriptors[i].Hits, req.Descriptors[i].HasHits = *d.Hits, true
 		}
 	}
-	if err := h.validate(req); err != nil {
+	if h.opts.Validate != nil {
+		if err := h.opts.Validate(req); err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+	}
+	resp, err := h.opts.Limiter.Check(r.Context(), req)
+	if errors.Is(err, limiter.ErrInvalidRequest) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	resp, err := h.opts.Limiter.Check(r.Context(), req)
 	if err != nil {
 		h.opts.Logger.Warn("check failed", "domain", in.Domain, "err", err)
 		writeError(w, http.StatusServiceUnavailable, "rate limit decision failed: "+err.Error())
@@ -158,17 +165,6 @@ func (h *handler) check(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusTooManyRequests
 	}
 	writeJSON(w, status, out)
-}
-
-// validate checks the request's structure, then the service's bounds.
-func (h *handler) validate(req *limiter.Request) error {
-	if err := limiter.Validate(req); err != nil {
-		return err
-	}
-	if h.opts.Validate != nil {
-		return h.opts.Validate(req)
-	}
-	return nil
 }
 
 func statusJSON(st limiter.Status) checkStatus {
