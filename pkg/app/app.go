@@ -35,6 +35,9 @@ import (
 // shutdownGrace bounds how long in-flight calls may take after a stop.
 const shutdownGrace = 5 * time.Second
 
+// streamWorkers is the number of goroutines kept to serve gRPC calls.
+const streamWorkers = 256
+
 // App is a running tollgate: its listeners are bound by New, and Run serves
 // on them until its context ends.
 type App struct {
@@ -117,7 +120,15 @@ func (a *App) build(ctx context.Context) error {
 		MaxValueLen:    s.MaxValueLen,
 		Logger:         a.logger,
 	})
-	a.grpc = grpc.NewServer()
+	a.grpc = grpc.NewServer(
+		// Serve calls on long-lived workers rather than a goroutine per
+		// call: a fresh goroutine grows its stack on every call, which
+		// profiles showed as a tenth of the service's CPU. A worker waits
+		// on the store, so there are as many as calls commonly in flight;
+		// beyond them grpc starts goroutines as before.
+		grpc.NumStreamWorkers(streamWorkers),
+		grpc.SharedWriteBuffer(true),
+	)
 	a.rls.Register(a.grpc)
 
 	a.http = &http.Server{
