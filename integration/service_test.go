@@ -56,12 +56,9 @@ func startService(t *testing.T, files map[string]string, tweak ...func(*app.Sett
 // startServiceIn runs an App serving the rules already in dir.
 func startServiceIn(t *testing.T, dir string, tweak ...func(*app.Settings)) *service {
 	t.Helper()
-	s := app.Settings{
-		ConfigDir: dir, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-		Store: "memory", DefaultAlgorithm: "token_bucket", ResponseHeaders: "xratelimit",
-		LogLevel: "info", LogFormat: "text", MemoryMaxKeys: 10000,
-		MaxDescriptors: 8, MaxEntries: 8, MaxKeyLen: 64, MaxValueLen: 256, DebugAddr: "127.0.0.1:0",
-	}
+	s := app.DefaultSettings()
+	s.ConfigDir, s.GRPCAddr, s.HTTPAddr, s.DebugAddr = dir, "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	s.MemoryMaxKeys, s.MaxDescriptors, s.MaxEntries, s.MaxKeyLen, s.MaxValueLen = 10000, 8, 8, 64, 256
 	for _, f := range tweak {
 		f(&s)
 	}

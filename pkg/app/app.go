@@ -27,6 +27,7 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/reload"
 	"github.com/tollgatehq/tollgate/pkg/rls"
 	"github.com/tollgatehq/tollgate/pkg/store"
+	"github.com/tollgatehq/tollgate/pkg/store/breaker"
 	"github.com/tollgatehq/tollgate/pkg/store/memory"
 	"github.com/tollgatehq/tollgate/pkg/store/redis"
 	"github.com/tollgatehq/tollgate/pkg/telemetry"
@@ -49,6 +50,9 @@ type App struct {
 	grpc      *grpc.Server
 	http      *http.Server
 	debug     *http.Server
+
+	// breaker guards the Redis store; nil with the memory store.
+	breaker *breaker.Store
 
 	grpcLis, httpLis, debugLis net.Listener
 	// closers release the store's resources after the servers stop, last
@@ -73,6 +77,10 @@ func (a *App) build(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	failureMode, err := descriptor.ParseFailureMode(s.FailureMode)
+	if err != nil {
+		return err
+	}
 	style, err := limiter.ParseHeaderStyle(s.ResponseHeaders)
 	if err != nil {
 		return err
@@ -85,7 +93,7 @@ func (a *App) build(ctx context.Context) error {
 	a.reloader, err = reload.New(reload.Options{
 		Dir: s.ConfigDir,
 		Load: func(dir string) (*descriptor.Tree, error) {
-			return descriptor.Load(dir, descriptor.Options{DefaultAlgorithm: kind})
+			return descriptor.Load(dir, descriptor.Options{DefaultAlgorithm: kind, DefaultFailureMode: failureMode})
 		},
 		Logger:        a.logger,
 		MeterProvider: meters,
@@ -99,15 +107,23 @@ func (a *App) build(ctx context.Context) error {
 		return err
 	}
 
-	lim, err := limiter.New(limiter.Options{
-		Store:            st,
-		Tree:             a.reloader.Current,
-		HeaderStyle:      style,
-		ShadowMode:       s.ShadowMode,
-		DefaultAlgorithm: kind,
-		Logger:           a.logger,
-		MeterProvider:    meters,
-	})
+	opts := limiter.Options{
+		Store:              st,
+		Tree:               a.reloader.Current,
+		HeaderStyle:        style,
+		ShadowMode:         s.ShadowMode,
+		DefaultAlgorithm:   kind,
+		DefaultFailureMode: failureMode,
+		Logger:             a.logger,
+		MeterProvider:      meters,
+	}
+	if a.breaker != nil {
+		// Only a remote store waits, fails and needs a fallback.
+		opts.StoreTimeout, opts.DeadlineMargin = s.StoreTimeout, s.DeadlineMargin
+		opts.Fallback = memory.New(memory.Options{MaxKeys: s.LocalFallbackKeys})
+		opts.FallbackShare = s.LocalFallbackShare
+	}
+	lim, err := limiter.New(opts)
 	if err != nil {
 		return err
 	}
@@ -138,6 +154,7 @@ func (a *App) build(ctx context.Context) error {
 			JSON:        a.rls.JSONHandler(),
 			Metrics:     a.telemetry.Handler(),
 			Ready:       a.ready,
+			Degraded:    a.degraded,
 			MaxBodySize: 1 << 20,
 			Logger:      a.logger,
 		}),
@@ -189,18 +206,56 @@ func (a *App) newStore(meters metric.MeterProvider) (store.Store, error) {
 			return nil, fmt.Errorf("redis: %w", err)
 		}
 		a.closers = append(a.closers, st.Close)
+		a.breaker, err = breaker.New(st, breaker.Options{
+			Name:          "redis",
+			Failures:      uint32(s.BreakerFailures),
+			OpenFor:       s.BreakerOpenTime,
+			Probes:        uint32(s.BreakerProbes),
+			OnChange:      a.storeChanged,
+			Logger:        a.logger,
+			MeterProvider: meters,
+		})
+		if err != nil {
+			return nil, err
+		}
 		a.logger.Info("counting in redis", "redis", cfg)
-		return st, nil
+		return a.breaker, nil
 	}
 	return nil, fmt.Errorf("unknown store %q", s.Store)
 }
 
-// ready reports whether the service can answer: it has a live tree.
+// ready reports whether the service can answer: it has a live tree, and
+// the store's breaker is not open if that is to count as not serving.
 func (a *App) ready() error {
 	if a.reloader.Current() == nil {
 		return errors.New("no descriptor configuration loaded")
 	}
+	if a.settings.BreakerNotServing && a.degraded() != "" {
+		return errors.New(a.degraded())
+	}
 	return nil
+}
+
+// degraded returns why decisions are made without the store, or "".
+func (a *App) degraded() string {
+	if a.breaker == nil || a.breaker.State() == breaker.Closed {
+		return ""
+	}
+	return "store unavailable, circuit breaker " + a.breaker.State().String() + "; answering by failure modes"
+}
+
+// storeChanged reports a change of the store breaker's state in the gRPC
+// health: the store's own health service always, the server's when the
+// settings ask for it. A half-open breaker changes nothing, so health
+// moves once per outage and once per recovery.
+func (a *App) storeChanged(st breaker.State) {
+	if st == breaker.HalfOpen || a.rls == nil {
+		return
+	}
+	a.rls.SetStoreHealthy(st == breaker.Closed)
+	if a.settings.BreakerNotServing {
+		a.rls.SetServing(st == breaker.Closed)
+	}
 }
 
 func (a *App) debugHandler() http.Handler {
@@ -290,7 +345,8 @@ func (a *App) forwardSIGHUP(ctx context.Context) {
 
 func (a *App) shutdown() {
 	a.logger.Info("shutting down", "grace", shutdownGrace)
-	a.rls.SetServing(false)
+	// NOT_SERVING for good: a later breaker change cannot undo it.
+	a.rls.Health().Shutdown()
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
 

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
+	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/limiter"
 	"github.com/tollgatehq/tollgate/pkg/store/redis"
 )
@@ -47,6 +48,16 @@ type Settings struct {
 	RedisTimeout       time.Duration `mapstructure:"redis-timeout"`
 	RedisKeyPrefix     string        `mapstructure:"redis-key-prefix"`
 	RedisBatchWindow   time.Duration `mapstructure:"redis-batch-window"`
+
+	StoreTimeout       time.Duration `mapstructure:"store-timeout"`
+	DeadlineMargin     time.Duration `mapstructure:"deadline-margin"`
+	FailureMode        string        `mapstructure:"failure-mode"`
+	BreakerFailures    int           `mapstructure:"breaker-failures"`
+	BreakerOpenTime    time.Duration `mapstructure:"breaker-open-time"`
+	BreakerProbes      int           `mapstructure:"breaker-probes"`
+	BreakerNotServing  bool          `mapstructure:"breaker-not-serving"`
+	LocalFallbackShare int           `mapstructure:"local-fallback-share"`
+	LocalFallbackKeys  int           `mapstructure:"local-fallback-max-keys"`
 
 	MemoryMaxKeys  int `mapstructure:"memory-max-keys"`
 	MaxDescriptors int `mapstructure:"max-descriptors"`
@@ -84,11 +95,32 @@ func settingsFlags(fs *pflag.FlagSet) {
 	fs.Duration("redis-timeout", 100*time.Millisecond, "redis read and write timeout")
 	fs.String("redis-key-prefix", "tg", "prefix of every redis key")
 	fs.Duration("redis-batch-window", 0, "how long concurrent decisions wait to share a redis round trip (0: the store's default; negative: no batching)")
+	fs.Duration("store-timeout", 50*time.Millisecond, "redis: longest wait for one decision; a caller's earlier deadline (less --deadline-margin) wins")
+	fs.Duration("deadline-margin", 2*time.Millisecond, "time kept from a caller's deadline to answer in")
+	fs.String("failure-mode", "open", "how rules that name no failure_mode answer while redis fails: open, closed or local")
+	fs.Int("breaker-failures", 5, "redis: consecutive failed decisions that open the circuit breaker")
+	fs.Duration("breaker-open-time", 2*time.Second, "redis: how long the open breaker answers without redis before it probes")
+	fs.Int("breaker-probes", 1, "redis: decisions let through to probe a half-open breaker; all must succeed to close it")
+	fs.Bool("breaker-not-serving", false, "report NOT_SERVING (gRPC health and /readyz) while the breaker is open")
+	fs.Int("local-fallback-share", 1, "failure mode local: the instances expected to share the load; each enforces limit / share")
+	fs.Int("local-fallback-max-keys", 100_000, "failure mode local: most counters kept in memory")
 	fs.Int("memory-max-keys", 1_000_000, "memory store: most counters kept; the idlest are evicted beyond it")
 	fs.Int("max-descriptors", 64, "most descriptors in one request")
 	fs.Int("max-entries", 32, "most entries in one descriptor")
 	fs.Int("max-key-length", 256, "longest descriptor entry key, in bytes")
 	fs.Int("max-value-length", 4096, "longest descriptor entry value, in bytes")
+}
+
+// DefaultSettings returns the settings of `tollgate serve` without flags,
+// environment or settings file.
+func DefaultSettings() Settings {
+	fs := pflag.NewFlagSet("defaults", pflag.ContinueOnError)
+	settingsFlags(fs)
+	s, err := loadSettings(fs, func(string) string { return "" })
+	if err != nil {
+		panic("tollgate: the default settings do not load: " + err.Error()) // a bug in settingsFlags
+	}
+	return s
 }
 
 // loadSettings resolves settings from the parsed flags, the environment and
@@ -151,6 +183,18 @@ func (s Settings) validate() error {
 	if _, err := algorithm.ParseKind(s.DefaultAlgorithm); err != nil {
 		errs = append(errs, fmt.Errorf("default-algorithm: %w", err))
 	}
+	if _, err := descriptor.ParseFailureMode(s.FailureMode); err != nil {
+		errs = append(errs, fmt.Errorf("failure-mode: %w", err))
+	}
+	if s.StoreTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("store-timeout: must be positive, got %v", s.StoreTimeout))
+	}
+	if s.DeadlineMargin < 0 {
+		errs = append(errs, fmt.Errorf("deadline-margin: must not be negative, got %v", s.DeadlineMargin))
+	}
+	if s.BreakerOpenTime <= 0 {
+		errs = append(errs, fmt.Errorf("breaker-open-time: must be positive, got %v", s.BreakerOpenTime))
+	}
 	if _, err := limiter.ParseHeaderStyle(s.ResponseHeaders); err != nil {
 		errs = append(errs, fmt.Errorf("response-headers: %w", err))
 	}
@@ -165,6 +209,8 @@ func (s Settings) validate() error {
 		n    int
 	}{
 		{"memory-max-keys", s.MemoryMaxKeys}, {"max-descriptors", s.MaxDescriptors}, {"max-entries", s.MaxEntries},
+		{"breaker-failures", s.BreakerFailures}, {"breaker-probes", s.BreakerProbes},
+		{"local-fallback-share", s.LocalFallbackShare}, {"local-fallback-max-keys", s.LocalFallbackKeys},
 		{"max-key-length", s.MaxKeyLen}, {"max-value-length", s.MaxValueLen},
 	} {
 		if bound.n <= 0 {

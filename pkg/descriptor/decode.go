@@ -468,6 +468,7 @@ func (b *domainBuilder) defaults(f *field) {
 	if b.opts.DefaultAlgorithm != 0 {
 		b.algorithm, b.algSource = b.opts.DefaultAlgorithm, "the service's default"
 	}
+	b.failureMode = b.opts.DefaultFailureMode
 	if f == nil || (f.val.Kind == yaml.ScalarNode && f.val.ShortTag() == "!!null") {
 		return
 	}

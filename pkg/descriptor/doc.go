@@ -23,8 +23,9 @@
 //
 // A limit's algorithm is its own, else the domain's defaults, else
 // Options.DefaultAlgorithm, else token_bucket. A rule's failure mode is its
-// own, else the domain's defaults, else open. A default burst applies to
-// token-bucket limits that set none.
+// own, else the domain's defaults, else Options.DefaultFailureMode (open
+// when unset). A default burst applies to token-bucket limits that set
+// none.
 //
 // Decoding is strict. An unknown or duplicate field, a bad value or a
 // contradictory rule is an *Error naming the file, the line and the

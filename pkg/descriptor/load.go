@@ -20,6 +20,9 @@ type Options struct {
 	// DefaultAlgorithm applies where neither a rule nor its domain's
 	// defaults name one; zero means algorithm.TokenBucket.
 	DefaultAlgorithm algorithm.Kind
+	// DefaultFailureMode applies where neither a rule nor its domain's
+	// defaults name one; zero means FailOpen.
+	DefaultFailureMode FailureMode
 }
 
 // Load reads every *.yaml and *.yml file under dir, recursively, and
@@ -52,6 +55,9 @@ func LoadFS(fsys fs.FS, opts Options) (*Tree, error) {
 func load(fsys fs.FS, display func(string) string, opts Options) (*Tree, error) {
 	if k := opts.DefaultAlgorithm; k != 0 && (k < algorithm.TokenBucket || k > algorithm.SlidingWindowLog) {
 		return nil, fmt.Errorf("loading descriptors: invalid Options.DefaultAlgorithm %d", k)
+	}
+	if m := opts.DefaultFailureMode; m > FailLocal {
+		return nil, fmt.Errorf("loading descriptors: invalid Options.DefaultFailureMode %d", m)
 	}
 	var errs errorList
 	files := findFiles(fsys, display, &errs)

@@ -29,10 +29,13 @@ type Options struct {
 	Limiter Checker
 	// Validate checks a request against the service's bounds (sizes and
 	// counts); nil applies none. The limiter checks the structure.
-	Validate    func(*limiter.Request) error
-	JSON        http.Handler // envoyproxy/ratelimit's POST /json
-	Metrics     http.Handler // GET /metrics
-	Ready       func() error
+	Validate func(*limiter.Request) error
+	JSON     http.Handler // envoyproxy/ratelimit's POST /json
+	Metrics  http.Handler // GET /metrics
+	Ready    func() error
+	// Degraded returns why a ready service answers without its store, or
+	// ""; /readyz reports it and stays 200. Nil is never degraded.
+	Degraded    func() string
 	MaxBodySize int64 // default 1 MiB
 	Logger      *slog.Logger
 }
@@ -72,6 +75,12 @@ func (h *handler) ready(w http.ResponseWriter, _ *http.Request) {
 	if err := h.opts.Ready(); err != nil {
 		http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 		return
+	}
+	if h.opts.Degraded != nil {
+		if why := h.opts.Degraded(); why != "" {
+			io.WriteString(w, "OK, degraded: "+why+"\n")
+			return
+		}
 	}
 	io.WriteString(w, "OK\n")
 }

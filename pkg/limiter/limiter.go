@@ -16,6 +16,7 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/store"
+	"github.com/tollgatehq/tollgate/pkg/store/breaker"
 )
 
 // Unlimited is the Remaining reported for unlimited and allow-listed
@@ -25,6 +26,13 @@ const Unlimited = math.MaxUint32
 // storeErrorLogInterval is the least time between two log lines about store
 // errors; the errors in between are counted and reported with the next line.
 const storeErrorLogInterval = 10 * time.Second
+
+// DefaultDeadlineMargin is the default of Options.DeadlineMargin.
+const DefaultDeadlineMargin = 2 * time.Millisecond
+
+// closedRetryAfter is the Retry-After of a rule that fails closed while the
+// store's circuit breaker has not opened (or is probing).
+const closedRetryAfter = time.Second
 
 // ErrInvalidRequest reports a request the engine cannot decide because it is
 // malformed: no domain, no descriptors, a descriptor without entries, an
@@ -56,6 +64,26 @@ type Options struct {
 	// DefaultAlgorithm counts Envoy limit overrides whose descriptor matches
 	// no counted rule. Zero means algorithm.TokenBucket.
 	DefaultAlgorithm algorithm.Kind
+	// DefaultFailureMode decides Envoy limit overrides whose descriptor
+	// matches no rule when the store fails; rules carry their own.
+	DefaultFailureMode descriptor.FailureMode
+	// StoreTimeout bounds every store call: a call ends at the earlier of
+	// now + StoreTimeout and the caller's deadline less DeadlineMargin, and
+	// is then answered by the rules' failure modes. Zero passes the
+	// caller's context as it is, for a store that never waits, such as the
+	// memory store.
+	StoreTimeout time.Duration
+	// DeadlineMargin is the time kept from the caller's deadline to answer
+	// in. Zero means DefaultDeadlineMargin.
+	DeadlineMargin time.Duration
+	// Fallback decides the rules whose failure mode is local while Store
+	// fails, each limit divided by FallbackShare. Nil answers them as
+	// failure mode open.
+	Fallback store.Store
+	// FallbackShare is the number of instances expected to share the load
+	// while Store is down: the fallback enforces limit / FallbackShare (at
+	// least 1 unless the limit is 0). Zero means 1.
+	FallbackShare int
 	// Now is the clock used for reset timestamps and latency; nil means
 	// time.Now.
 	Now func() time.Time
@@ -164,6 +192,11 @@ type Limiter struct {
 	style       HeaderStyle
 	shadow      bool
 	defaultAlgo algorithm.Kind
+	defaultFail descriptor.FailureMode
+	timeout     time.Duration // 0: none
+	margin      time.Duration
+	fallback    store.Store
+	share       int64
 	now         func() time.Time
 	since       func(time.Time) time.Duration // the time elapsed since one now returned
 	log         *slog.Logger
@@ -186,6 +219,12 @@ func New(opts Options) (*Limiter, error) {
 	if opts.Tree == nil {
 		return nil, errors.New("limiter: no descriptor tree")
 	}
+	if opts.StoreTimeout < 0 {
+		return nil, fmt.Errorf("limiter: negative store timeout %v", opts.StoreTimeout)
+	}
+	if opts.FallbackShare < 0 {
+		return nil, fmt.Errorf("limiter: negative fallback share %d", opts.FallbackShare)
+	}
 	if opts.HeaderStyle > HeadersIETF {
 		return nil, fmt.Errorf("limiter: unknown header style %d", opts.HeaderStyle)
 	}
@@ -195,8 +234,16 @@ func New(opts Options) (*Limiter, error) {
 		style:       opts.HeaderStyle,
 		shadow:      opts.ShadowMode,
 		defaultAlgo: opts.DefaultAlgorithm,
+		defaultFail: opts.DefaultFailureMode,
+		timeout:     opts.StoreTimeout,
+		margin:      opts.DeadlineMargin,
+		fallback:    opts.Fallback,
+		share:       int64(max(opts.FallbackShare, 1)),
 		now:         opts.Now,
 		log:         opts.Logger,
+	}
+	if l.margin == 0 {
+		l.margin = DefaultDeadlineMargin
 	}
 	if l.defaultAlgo == 0 {
 		l.defaultAlgo = algorithm.TokenBucket
@@ -247,6 +294,7 @@ type descState struct {
 	quota    bool
 	firstHit int // index of the descriptor's first hit
 	nHits    int
+	local    bool // decided by the fallback store
 }
 
 // scratch holds the per-request working slices; Check takes one from a pool.
@@ -257,6 +305,9 @@ type scratch struct {
 	verdicts []algorithm.Verdict
 	entries  []store.Entry
 	buf      []byte
+	// The fallback's hits and verdicts, used only while the store fails.
+	localHits     []store.Hit
+	localVerdicts []algorithm.Verdict
 }
 
 // reset empties s for reuse. It leaves the old contents in place: clearing
@@ -268,6 +319,7 @@ func (s *scratch) reset() {
 	s.verdicts = s.verdicts[:0]
 	s.entries = s.entries[:0]
 	s.buf = s.buf[:0]
+	s.localHits = s.localHits[:0]
 }
 
 // answer is a Response allocated together with room for the common case of
@@ -365,12 +417,13 @@ func (l *Limiter) CheckInto(ctx context.Context, req *Request, resp *Response) e
 	var storeErr error
 	if len(s.hits) > 0 {
 		s.verdicts = grow(s.verdicts, len(s.hits))
-		storeErr = l.store.Apply(ctx, s.hits, s.verdicts)
+		storeErr = l.apply(ctx, s.hits, s.verdicts)
 		if storeErr != nil {
 			if ctxErr := ctx.Err(); ctxErr != nil {
 				return ctxErr
 			}
 			l.storeFailed(ctx, req.Domain, storeErr)
+			l.decideLocally(ctx, s)
 		}
 	}
 
@@ -406,14 +459,18 @@ func (l *Limiter) CheckInto(ctx context.Context, req *Request, resp *Response) e
 			f |= flagDeny
 			hardOver = true
 		case kindCounted:
-			if storeErr != nil {
-				*out = l.failureStatus(st)
-				result = resultDegraded
-				f |= flagDegraded
-				break
-			}
 			var over bool
-			*out, over = s.status(st)
+			switch {
+			case storeErr == nil:
+				*out, over = s.status(st)
+			case st.local:
+				*out, over = s.status(st)
+				f |= flagDegraded
+			default:
+				*out = l.failureStatus(s, st, storeErr)
+				over = out.Code == OverLimit
+				f |= flagDegraded
+			}
 			switch {
 			case !over:
 				result = resultOK
@@ -426,6 +483,9 @@ func (l *Limiter) CheckInto(ctx context.Context, req *Request, resp *Response) e
 				if !st.quota {
 					hardOver = true
 				}
+			}
+			if storeErr != nil && !st.local {
+				result = resultDegraded
 			}
 			if st.quota {
 				quotaSeen++
@@ -620,7 +680,7 @@ func (l *Limiter) refund(ctx context.Context, s *scratch) {
 	// The refund's verdicts are not reported; this path is rare enough to
 	// allocate them.
 	verdicts := make([]algorithm.Verdict, n)
-	if err := l.store.Apply(ctx, s.hits[:n], verdicts); err != nil {
+	if err := l.apply(ctx, s.hits[:n], verdicts); err != nil {
 		l.storeFailed(ctx, s.hits[0].Domain, err)
 	}
 }
@@ -659,12 +719,101 @@ func (s *scratch) status(st *descState) (Status, bool) {
 	return out, false
 }
 
-// failureStatus answers a counted descriptor whose store could not decide.
-// Every rule fails open for now: OK, with no current limit and no invented
-// remaining. Per-rule failure modes (st.rule.FailureMode: closed, local)
-// plug in here.
-func (l *Limiter) failureStatus(st *descState) Status {
-	return Status{Code: OK}
+// apply calls the store with a deadline: the earlier of the store timeout and
+// the caller's deadline less the margin kept to answer in.
+func (l *Limiter) apply(ctx context.Context, hits []store.Hit, verdicts []algorithm.Verdict) error {
+	if l.timeout == 0 {
+		return l.store.Apply(ctx, hits, verdicts)
+	}
+	deadline := time.Now().Add(l.timeout)
+	if d, ok := ctx.Deadline(); ok && d.Add(-l.margin).Before(deadline) {
+		deadline = d.Add(-l.margin)
+	}
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	return l.store.Apply(ctx, hits, verdicts)
+}
+
+// failureMode returns how st is answered while the store fails.
+func (l *Limiter) failureMode(st *descState) descriptor.FailureMode {
+	if st.rule == nil {
+		return l.defaultFail
+	}
+	return st.rule.FailureMode
+}
+
+// decideLocally decides the counted descriptors whose failure mode is
+// local with the fallback store, each limit divided by the share, and
+// marks them local. The fallback's batch is all-or-nothing like the
+// store's. If the fallback fails too, they are answered as open.
+func (l *Limiter) decideLocally(ctx context.Context, s *scratch) {
+	if l.fallback == nil {
+		return
+	}
+	for i := range s.descs {
+		st := &s.descs[i]
+		if st.kind != kindCounted || l.failureMode(st) != descriptor.FailLocal {
+			continue
+		}
+		for j := st.firstHit; j < st.firstHit+st.nHits; j++ {
+			h := s.hits[j]
+			h.Limit.Requests = shareOf(h.Limit.Requests, l.share)
+			h.Limit.Burst = shareOf(h.Limit.Burst, l.share)
+			s.localHits = append(s.localHits, h)
+			// The answer reports the share it enforces. (An outage is rare
+			// enough to allocate.)
+			lim := *s.limits[j]
+			lim.RequestsPerUnit, lim.Burst = uint32(h.Limit.Requests), uint32(h.Limit.Burst)
+			s.limits[j] = &lim
+		}
+	}
+	if len(s.localHits) == 0 {
+		return
+	}
+	s.localVerdicts = grow(s.localVerdicts, len(s.localHits))
+	if err := l.fallback.Apply(ctx, s.localHits, s.localVerdicts); err != nil {
+		l.log.LogAttrs(ctx, slog.LevelError, "local fallback failed; answering fail-open", slog.Any("error", err))
+		return
+	}
+	n := 0
+	for i := range s.descs {
+		st := &s.descs[i]
+		if st.kind != kindCounted || l.failureMode(st) != descriptor.FailLocal {
+			continue
+		}
+		n += copy(s.verdicts[st.firstHit:st.firstHit+st.nHits], s.localVerdicts[n:])
+		st.local = true
+	}
+}
+
+// shareOf is one instance's share of n: n / share, but at least 1 unless n
+// is 0, so a share never turns a limit into a block.
+func shareOf(n, share int64) int64 {
+	if n == 0 {
+		return 0
+	}
+	return max(n/share, 1)
+}
+
+// failureStatus answers a counted descriptor whose store could not decide
+// and which the fallback did not decide. Failure mode closed rejects it,
+// retrying once the store's circuit breaker may close; open (and local
+// without a working fallback) admits it, with no current limit and no
+// invented remaining.
+func (l *Limiter) failureStatus(s *scratch, st *descState, err error) Status {
+	if l.failureMode(st) != descriptor.FailClosed {
+		return Status{Code: OK}
+	}
+	out := Status{Code: OverLimit, RetryAfter: closedRetryAfter}
+	if st.nHits > 0 {
+		out.Limit = s.limits[st.firstHit]
+	}
+	var open *breaker.OpenError
+	if errors.As(err, &open) && open.RetryAfter > 0 {
+		out.RetryAfter = open.RetryAfter
+	}
+	out.ResetAfter = out.RetryAfter
+	return out
 }
 
 // storeFailed counts a store error and logs it, at most once per

@@ -29,10 +29,14 @@ const (
 	t0Reset = "1767225660" // Unix seconds of 2026-01-01T00:01:00Z
 )
 
-// loadTree builds a tree from one YAML file.
+// loadTree builds a tree from YAML files separated by "---" lines.
 func loadTree(t testing.TB, yaml string) *descriptor.Tree {
 	t.Helper()
-	tree, err := descriptor.LoadFS(fstest.MapFS{"config.yaml": {Data: []byte(yaml)}}, descriptor.Options{})
+	fsys := fstest.MapFS{}
+	for i, doc := range strings.Split(yaml, "\n---\n") {
+		fsys[fmt.Sprintf("config%d.yaml", i)] = &fstest.MapFile{Data: []byte(doc)}
+	}
+	tree, err := descriptor.LoadFS(fsys, descriptor.Options{})
 	if err != nil {
 		t.Fatalf("loading config: %v", err)
 	}

@@ -43,6 +43,10 @@ import (
 // which the health service reports readiness.
 const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 
+// StoreServiceName is the gRPC health service that tells whether the
+// counter store answers; see SetStoreHealthy.
+const StoreServiceName = "tollgate.store"
+
 // The default request bounds.
 const (
 	DefaultMaxDescriptors = 64
@@ -116,6 +120,7 @@ func New(opts Options) *Server {
 	s.log = s.log.With("component", "rls")
 	s.into, _ = opts.Limiter.(intoChecker)
 	s.health.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(StoreServiceName, healthpb.HealthCheckResponse_SERVING)
 	s.pool.New = func() any { return new(scratch) }
 	return s
 }
@@ -148,6 +153,16 @@ func (s *Server) SetServing(serving bool) {
 	}
 	s.health.SetServingStatus("", st)
 	s.health.SetServingStatus(ServiceName, st)
+}
+
+// SetStoreHealthy sets the health of StoreServiceName: SERVING while the
+// store answers, NOT_SERVING while decisions are made by failure modes.
+func (s *Server) SetStoreHealthy(healthy bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if healthy {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	s.health.SetServingStatus(StoreServiceName, st)
 }
 
 // ShouldRateLimit answers one rate-limit request. It never answers with

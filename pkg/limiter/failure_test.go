@@ -1,0 +1,254 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/tollgatehq/tollgate/pkg/algorithm"
+	"github.com/tollgatehq/tollgate/pkg/algorithm/algorithmtest"
+	"github.com/tollgatehq/tollgate/pkg/descriptor"
+	"github.com/tollgatehq/tollgate/pkg/store"
+	"github.com/tollgatehq/tollgate/pkg/store/breaker"
+	"github.com/tollgatehq/tollgate/pkg/store/memory"
+)
+
+const failureYAML = `
+domain: api
+descriptors:
+  - key: open
+    rate_limit: {unit: minute, requests_per_unit: 4}
+  - key: closed
+    failure_mode: closed
+    rate_limit: {unit: minute, requests_per_unit: 4}
+  - key: local
+    failure_mode: local
+    rate_limit: {unit: minute, requests_per_unit: 4}
+  - key: tiny
+    failure_mode: local
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: shadow
+    failure_mode: closed
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 4}
+---
+domain: strict
+defaults: {failure_mode: closed}
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 4}
+  - key: relaxed
+    failure_mode: open
+    rate_limit: {unit: minute, requests_per_unit: 4}
+`
+
+func TestFailureModes(t *testing.T) {
+	unavailable := fmt.Errorf("redis: %w", store.ErrUnavailable)
+	open := &breaker.OpenError{RetryAfter: 2500 * time.Millisecond}
+	limitOf := func(f *fixture, domain, key string) *descriptor.Limit {
+		return &f.lim.tree().Domain(domain).Match(entries(key + "=v")).Limits[0]
+	}
+	tests := []struct {
+		name     string
+		err      error
+		req      *Request
+		wantCode Code
+		want     func(f *fixture) []Status
+		headers  []Header
+	}{
+		{
+			name:     "open admits without a limit",
+			err:      unavailable,
+			req:      req("api", d("open=v")),
+			wantCode: OK,
+			want:     func(*fixture) []Status { return []Status{{Code: OK}} },
+			headers:  []Header{{HeaderPolicy, PolicyDegraded}},
+		},
+		{
+			name:     "closed rejects until the breaker may close",
+			err:      open,
+			req:      req("api", d("closed=v"), d("open=v")),
+			wantCode: OverLimit,
+			want: func(f *fixture) []Status {
+				return []Status{{Code: OverLimit, Limit: limitOf(f, "api", "closed"), RetryAfter: open.RetryAfter, ResetAfter: open.RetryAfter}, {Code: OK}}
+			},
+			headers: []Header{
+				{HeaderXLimit, "4"},
+				{HeaderXRemaining, "0"},
+				{HeaderXReset, "1767225613"},
+				{HeaderRetryAfter, "3"},
+				{HeaderPolicy, PolicyDegraded},
+				{HeaderContentType, "application/json"},
+			},
+		},
+		{
+			name:     "closed without an open breaker retries after a second",
+			err:      unavailable,
+			req:      req("api", d("closed=v")),
+			wantCode: OverLimit,
+			want: func(f *fixture) []Status {
+				return []Status{{Code: OverLimit, Limit: limitOf(f, "api", "closed"), RetryAfter: time.Second, ResetAfter: time.Second}}
+			},
+		},
+		{
+			name:     "shadow mode wins over closed",
+			err:      open,
+			req:      req("api", d("shadow=v")),
+			wantCode: OK,
+			want:     func(f *fixture) []Status { return []Status{{Code: OK, Limit: limitOf(f, "api", "shadow"), ResetAfter: open.RetryAfter}} },
+		},
+		{
+			name:     "domain default",
+			err:      open,
+			req:      req("strict", d("k=v"), d("relaxed=v")),
+			wantCode: OverLimit,
+			want: func(f *fixture) []Status {
+				return []Status{{Code: OverLimit, Limit: limitOf(f, "strict", "k"), RetryAfter: open.RetryAfter, ResetAfter: open.RetryAfter}, {Code: OK}}
+			},
+		},
+		{
+			name: "override without a rule takes the service default",
+			err:  open,
+			req: &Request{Domain: "api", Descriptors: []Descriptor{{
+				Entries:  entries("nomatch=v"),
+				Override: &Override{RequestsPerUnit: 10, Unit: descriptor.Second},
+			}}},
+			wantCode: OverLimit,
+			want: func(*fixture) []Status {
+				return []Status{{Code: OverLimit, Limit: &descriptor.Limit{Unit: descriptor.Second, UnitMultiplier: 1, RequestsPerUnit: 10, Algorithm: algorithm.TokenBucket}, RetryAfter: open.RetryAfter, ResetAfter: open.RetryAfter}}
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, failureYAML, func(o *Options) {
+				o.Store = failingStore{tt.err}
+				o.DefaultFailureMode = descriptor.FailClosed
+			})
+			resp := f.check(t, tt.req)
+			got := &Response{Code: resp.Code, Statuses: resp.Statuses}
+			want := &Response{Code: tt.wantCode, Statuses: tt.want(f)}
+			if tt.headers != nil {
+				got.Headers, want.Headers = resp.Headers, tt.headers
+			}
+			assertResponse(t, got, want)
+		})
+	}
+}
+
+func TestFailureModeLocal(t *testing.T) {
+	clk := algorithmtest.NewClock(t0)
+	f := newFixture(t, failureYAML, func(o *Options) {
+		o.Store = failingStore{store.ErrUnavailable}
+		o.Fallback = memory.New(memory.Options{Now: clk.Now})
+		o.FallbackShare = 3
+		o.Now = clk.Now
+	})
+	// 4 per minute shared by 3 instances: this one admits 1.
+	share := &descriptor.Limit{Unit: descriptor.Minute, UnitMultiplier: 1, RequestsPerUnit: 1, Algorithm: algorithm.TokenBucket}
+	resp := f.check(t, req("api", d("local=v")))
+	assertResponse(t, &Response{Code: resp.Code, Statuses: resp.Statuses}, &Response{
+		Code:     OK,
+		Statuses: []Status{{Code: OK, Limit: share, Remaining: 0, ResetAfter: time.Minute}},
+	})
+	resp = f.check(t, req("api", d("local=v")))
+	assertResponse(t, &Response{Code: resp.Code, Statuses: resp.Statuses}, &Response{
+		Code:     OverLimit,
+		Statuses: []Status{{Code: OverLimit, Limit: share, ResetAfter: time.Minute, RetryAfter: time.Minute}},
+	})
+	if !hasHeader(resp.Headers, HeaderPolicy, PolicyDegraded) {
+		t.Errorf("headers %v lack the degraded marker", resp.Headers)
+	}
+	// A limit smaller than the share still admits one.
+	resp = f.check(t, req("api", d("tiny=v")))
+	if resp.Code != OK {
+		t.Errorf("tiny: code %v, want OK", resp.Code)
+	}
+	// Other keys count separately.
+	if resp := f.check(t, req("api", d("local=w"))); resp.Code != OK {
+		t.Errorf("another value: code %v, want OK", resp.Code)
+	}
+}
+
+func TestFailureModeLocalWithoutFallback(t *testing.T) {
+	f := newFixture(t, failureYAML, func(o *Options) { o.Store = failingStore{store.ErrUnavailable} })
+	for range 6 {
+		if resp := f.check(t, req("api", d("local=v"))); resp.Code != OK || resp.Statuses[0] != (Status{Code: OK}) {
+			t.Fatalf("got %+v, want an open answer", resp)
+		}
+	}
+}
+
+// deadlineStore records the deadline of the context of each call.
+type deadlineStore struct {
+	deadline time.Time
+	bounded  bool
+}
+
+func (s *deadlineStore) Apply(ctx context.Context, _ []store.Hit, _ []algorithm.Verdict) error {
+	s.deadline, s.bounded = ctx.Deadline()
+	return nil
+}
+
+func TestStoreDeadline(t *testing.T) {
+	far := time.Now().Add(time.Hour)
+	tests := []struct {
+		name     string
+		timeout  time.Duration
+		caller   time.Time // zero: no deadline
+		want     time.Duration
+		fromNow  bool // want is relative to now rather than to caller
+		unbounds bool
+	}{
+		{name: "caller's deadline less the margin", timeout: time.Hour, caller: far, want: -5 * time.Millisecond},
+		{name: "the timeout when earlier", timeout: 20 * time.Millisecond, caller: far, want: 20 * time.Millisecond, fromNow: true},
+		{name: "the timeout without a caller deadline", timeout: 20 * time.Millisecond, want: 20 * time.Millisecond, fromNow: true},
+		{name: "none", unbounds: true},
+		{name: "none but the caller's", caller: far, want: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := &deadlineStore{}
+			f := newFixture(t, failureYAML, func(o *Options) {
+				o.Store = st
+				o.StoreTimeout = tt.timeout
+				o.DeadlineMargin = 5 * time.Millisecond
+			})
+			ctx := context.Background()
+			if !tt.caller.IsZero() {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithDeadline(ctx, tt.caller)
+				defer cancel()
+			}
+			before := time.Now()
+			if _, err := f.lim.Check(ctx, req("api", d("open=v"))); err != nil {
+				t.Fatal(err)
+			}
+			after := time.Now()
+			switch {
+			case tt.unbounds:
+				if st.bounded {
+					t.Errorf("store call had deadline %v, want none", st.deadline)
+				}
+			case tt.fromNow:
+				if st.deadline.Before(before.Add(tt.want)) || st.deadline.After(after.Add(tt.want)) {
+					t.Errorf("deadline %v after the call's start, want %v", st.deadline.Sub(before), tt.want)
+				}
+			default:
+				if !st.deadline.Equal(tt.caller.Add(tt.want)) {
+					t.Errorf("deadline %v from the caller's, want %v", st.deadline.Sub(tt.caller), tt.want)
+				}
+			}
+		})
+	}
+}
+
+func hasHeader(hs []Header, key, value string) bool {
+	for _, h := range hs {
+		if h.Key == key && h.Value == value {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,171 @@
+package breaker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/tollgatehq/tollgate/pkg/algorithm"
+	"github.com/tollgatehq/tollgate/pkg/store"
+	"github.com/tollgatehq/tollgate/pkg/store/breaker"
+)
+
+// flaky is a store that fails with err while err is set, and counts calls.
+type flaky struct {
+	mu    sync.Mutex
+	err   error
+	calls int
+}
+
+func (f *flaky) Apply(context.Context, []store.Hit, []algorithm.Verdict) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	return f.err
+}
+
+func (f *flaky) set(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.err = err
+}
+
+func (f *flaky) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls
+}
+
+var down = fmt.Errorf("%w: connection refused", store.ErrUnavailable)
+
+func apply(s *breaker.Store) error {
+	return s.Apply(context.Background(), nil, nil)
+}
+
+func TestOpensProbesAndCloses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		next := &flaky{err: down}
+		var changes []breaker.State
+		s, err := breaker.New(next, breaker.Options{
+			Failures: 3,
+			OpenFor:  time.Second,
+			OnChange: func(st breaker.State) { changes = append(changes, st) },
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			if err := apply(s); !errors.Is(err, down) {
+				t.Fatalf("call %d: err = %v, want the store's", i, err)
+			}
+		}
+		if got := s.State(); got != breaker.Open {
+			t.Fatalf("after 3 failures: state %v, want open", got)
+		}
+
+		// Open: answered at once, without asking the store.
+		err = apply(s)
+		var open *breaker.OpenError
+		if !errors.As(err, &open) || !errors.Is(err, store.ErrUnavailable) {
+			t.Fatalf("open: err = %v, want an OpenError wrapping ErrUnavailable", err)
+		}
+		if open.RetryAfter != time.Second {
+			t.Errorf("open: RetryAfter = %v, want 1s", open.RetryAfter)
+		}
+		if next.count() != 3 {
+			t.Errorf("open: the store was called %d times, want 3", next.count())
+		}
+		time.Sleep(400 * time.Millisecond)
+		if got := s.RetryAfter(); got != 600*time.Millisecond {
+			t.Errorf("RetryAfter 400ms later = %v, want 600ms", got)
+		}
+
+		// Half-open: a failed probe opens it again.
+		time.Sleep(600*time.Millisecond + time.Nanosecond)
+		if err := apply(s); !errors.Is(err, down) {
+			t.Fatalf("probe: err = %v, want the store's", err)
+		}
+		if got := s.State(); got != breaker.Open {
+			t.Fatalf("after a failed probe: state %v, want open", got)
+		}
+
+		// A successful probe closes it.
+		next.set(nil)
+		time.Sleep(time.Second + time.Nanosecond)
+		if err := apply(s); err != nil {
+			t.Fatalf("probe: %v", err)
+		}
+		if got := s.State(); got != breaker.Closed {
+			t.Fatalf("after a good probe: state %v, want closed", got)
+		}
+		want := []breaker.State{breaker.Open, breaker.HalfOpen, breaker.Open, breaker.HalfOpen, breaker.Closed}
+		if !slices.Equal(changes, want) {
+			t.Errorf("changes = %v, want %v", changes, want)
+		}
+	})
+}
+
+func TestCountsOnlyStoreFailures(t *testing.T) {
+	next := &flaky{}
+	s, err := breaker.New(next, breaker.Options{Failures: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A request the store refuses is not a store failure.
+	next.set(errors.New("bad request"))
+	for range 5 {
+		apply(s)
+	}
+	// Nor is a caller that hung up.
+	next.set(down)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 5 {
+		if err := s.Apply(ctx, nil, nil); !errors.Is(err, down) {
+			t.Fatalf("canceled call: err = %v, want the store's", err)
+		}
+	}
+	if got := s.State(); got != breaker.Closed {
+		t.Fatalf("state %v, want closed", got)
+	}
+	// A call that runs out of its own deadline is.
+	ctx, cancel = context.WithTimeout(context.Background(), time.Nanosecond)
+	defer cancel()
+	<-ctx.Done()
+	for range 2 {
+		s.Apply(ctx, nil, nil)
+	}
+	if got := s.State(); got != breaker.Open {
+		t.Fatalf("after 2 timeouts: state %v, want open", got)
+	}
+}
+
+func TestHalfOpenLetsProbesThrough(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		next := &flaky{err: down}
+		s, err := breaker.New(next, breaker.Options{Failures: 1, OpenFor: time.Second, Probes: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		apply(s)
+		time.Sleep(time.Second + time.Nanosecond)
+		next.set(nil)
+		if err := apply(s); err != nil {
+			t.Fatalf("first probe: %v", err)
+		}
+		if got := s.State(); got != breaker.HalfOpen {
+			t.Fatalf("after 1 of 2 probes: state %v, want half-open", got)
+		}
+		if err := apply(s); err != nil {
+			t.Fatalf("second probe: %v", err)
+		}
+		if got := s.State(); got != breaker.Closed {
+			t.Fatalf("after 2 probes: state %v, want closed", got)
+		}
+	})
+}
