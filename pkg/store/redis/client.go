@@ -216,6 +216,16 @@ func (c ClientConfig) tlsConfig() (*tls.Config, error) {
 	return cfg, nil
 }
 
+// go-redis's retries are off. The decision script is not idempotent: a
+// retry after a lost reply would count the hits twice. And a failed
+// decision is answered by the rules' failure modes at once, where go-redis
+// would spend the whole deadline redialling a dead server every 100 ms. (A
+// Cluster client still follows MOVED and ASK redirections.)
+const (
+	noRetries    = -1
+	dialAttempts = 1
+)
+
 // NewClient builds the go-redis client c describes: a *goredis.Client for
 // single, a failover *goredis.Client for sentinel, a *goredis.ClusterClient
 // for cluster. It validates c first, and does not connect: go-redis dials
@@ -241,6 +251,8 @@ func NewClient(c ClientConfig) (goredis.UniversalClient, error) {
 			DialTimeout:           c.DialTimeout,
 			ReadTimeout:           c.ReadTimeout,
 			WriteTimeout:          c.WriteTimeout,
+			MaxRetries:            noRetries,
+			DialerRetries:         dialAttempts,
 			ContextTimeoutEnabled: true,
 		}), nil
 	case TypeCluster:
@@ -253,6 +265,8 @@ func NewClient(c ClientConfig) (goredis.UniversalClient, error) {
 			DialTimeout:           c.DialTimeout,
 			ReadTimeout:           c.ReadTimeout,
 			WriteTimeout:          c.WriteTimeout,
+			MaxRetries:            noRetries,
+			DialerRetries:         dialAttempts,
 			ContextTimeoutEnabled: true,
 		}), nil
 	}
@@ -289,6 +303,7 @@ func NewClient(c ClientConfig) (goredis.UniversalClient, error) {
 	if c.WriteTimeout != 0 {
 		opts.WriteTimeout = c.WriteTimeout
 	}
+	opts.MaxRetries, opts.DialerRetries = noRetries, dialAttempts
 	opts.ContextTimeoutEnabled = true
 	return goredis.NewClient(opts), nil
 }

@@ -69,10 +69,24 @@ func (s *Store) loadScript(ctx context.Context) error {
 func (s *Store) run(ctx context.Context, calls []*call) {
 	s.send(ctx, calls)
 	retry := calls[:0:0]
+	reload := false
 	for _, c := range calls {
-		if c.err != nil && goredis.HasErrorPrefix(c.err, "NOSCRIPT") {
+		var reply goredis.Error
+		switch {
+		case c.err == nil:
+		case goredis.HasErrorPrefix(c.err, "NOSCRIPT"):
 			retry = append(retry, c)
+		case !errors.As(c.err, &reply):
+			reload = true
 		}
+	}
+	if reload && s.cluster {
+		// go-redis keeps sending a dead master's slots to it until its
+		// next periodic reload of the topology, a minute later, although
+		// a replica took over in seconds (go-redis issue 3979). A network
+		// failure or timeout asks for the topology now; go-redis runs one
+		// reload at a time.
+		s.client.(*goredis.ClusterClient).ReloadState(context.Background())
 	}
 	if len(retry) == 0 {
 		return

@@ -1,0 +1,318 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	goredis "github.com/redis/go-redis/v9"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/tollgatehq/tollgate/integration/redistest"
+	"github.com/tollgatehq/tollgate/pkg/app"
+	"github.com/tollgatehq/tollgate/pkg/descriptor"
+	"github.com/tollgatehq/tollgate/pkg/limiter"
+	"github.com/tollgatehq/tollgate/pkg/rls"
+	"github.com/tollgatehq/tollgate/pkg/rlsclient"
+)
+
+// faultRules puts every key of tenant t1 in one hash slot (shard_by), so
+// killing the Cluster master of that slot takes all of them down at once.
+// The failure-mode limits are never reached; exact is the limit checked
+// for exact enforcement after recovery.
+const faultRules = `domain: faults
+shard_by: tenant
+descriptors:
+  - key: tenant
+    descriptors:
+      - key: mode
+        value: open
+        rate_limit: {unit: hour, requests_per_unit: 1000000000}
+      - key: mode
+        value: closed
+        failure_mode: closed
+        rate_limit: {unit: hour, requests_per_unit: 1000000000}
+      - key: mode
+        value: local
+        failure_mode: local
+        rate_limit: {unit: hour, requests_per_unit: 1000000000}
+      - key: exact
+        rate_limit: {unit: hour, requests_per_unit: 50, algorithm: fixed_window}
+`
+
+const (
+	faultTenant = "t1"
+	exactLimit  = 50
+	// callDeadline is the deadline the load gives each call, as Envoy's
+	// timeout would; generous, so a slow race-detector run does not miss it.
+	callDeadline = 250 * time.Millisecond
+	// storeTimeout bounds each Redis decision.
+	storeTimeout = 50 * time.Millisecond
+	// breakerOpenTime is how long the breaker stays open before it probes.
+	breakerOpenTime = 300 * time.Millisecond
+	// settle bounds every wait for the breaker, failover and goroutines.
+	settle = 30 * time.Second
+)
+
+var faultModes = []string{"open", "closed", "local"}
+
+func TestFaultStandaloneKilled(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	testFault(t, "single", []string{srv.Addr}, srv.Kill, srv.Restart)
+}
+
+func TestFaultStandaloneHung(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	testFault(t, "single", []string{srv.Addr}, srv.Stop, srv.Continue)
+}
+
+func TestFaultClusterFailover(t *testing.T) {
+	c := redistest.StartCluster(t, redistest.WithReplicas(1))
+	client := goredis.NewClient(&goredis.Options{Addr: c.Masters[0].Addr})
+	defer client.Close()
+	slot, err := client.ClusterKeySlot(context.Background(), "{"+faultTenant+"}").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := c.MasterOfSlot(int(slot))
+	testFault(t, "cluster", c.Addrs(), victim.Kill, func() {
+		// Recovery is the replica's promotion, which the cluster does by
+		// itself; wait for it so the report separates it from tollgate's
+		// own time to resume.
+		eventually(t, settle, "the replica's promotion", func() bool { return c.MasterOfSlot(int(slot)) != victim })
+	})
+}
+
+// testFault runs tollgate on Redis under steady load from the test, breaks
+// Redis with fault, mends it with mend, and checks that every call was
+// answered as its rule's failure mode says and in time, that the breaker
+// opened and closed, that enforcement is exact again afterwards, and that
+// goroutines and heap return to their baseline.
+func testFault(t *testing.T, redisType string, addrs []string, fault, mend func()) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "faults.yaml"), faultRules)
+	svc := startServiceIn(t, dir, func(s *app.Settings) {
+		s.Store, s.RedisType, s.RedisAddrs = "redis", redisType, addrs
+		s.RedisKeyPrefix = "faults"
+		s.StoreTimeout, s.BreakerOpenTime = storeTimeout, breakerOpenTime
+		s.LocalFallbackShare = 3
+	})
+	health := healthpb.NewHealthClient(svc.client.Conn())
+	storeHealthy := func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		r, err := health.Check(ctx, &healthpb.HealthCheckRequest{Service: rls.StoreServiceName})
+		return err == nil && r.Status == healthpb.HealthCheckResponse_SERVING
+	}
+
+	// Baselines, with the connections warm.
+	exactCheck(t, svc, "before")
+	goroutines, heap := runtime.NumGoroutine(), heapInUse()
+
+	load := startLoad(svc.client, 4)
+	load.waitFor(t, 100, time.Time{})
+
+	faultAt := time.Now()
+	fault()
+	eventually(t, settle, "the breaker to open", func() bool { return !storeHealthy() })
+	openedAfter := time.Since(faultAt)
+	// Stay down long enough for answers from the open breaker and for
+	// failed probes.
+	load.waitFor(t, 300, time.Now())
+	mendAt := time.Now()
+	mend()
+	mended := time.Since(mendAt)
+	eventually(t, settle, "the breaker to close", func() bool { return storeHealthy() })
+	resumedAfter := time.Since(mendAt)
+	load.waitFor(t, 100, time.Now())
+	load.halt()
+
+	exactCheck(t, svc, "after")
+
+	outcomes := load.results()
+	var during []time.Duration
+	degraded := map[string]int{}
+	bad := 0
+	for _, o := range outcomes {
+		if msg := o.problem(); msg != "" {
+			if bad++; bad <= 10 {
+				t.Errorf("call at +%v (mode %s): %s", o.at.Sub(faultAt).Round(time.Millisecond), o.mode, msg)
+			}
+		}
+		if o.took > callDeadline {
+			t.Errorf("call at +%v took %v, more than its deadline %v", o.at.Sub(faultAt).Round(time.Millisecond), o.took, callDeadline)
+		}
+		if o.degraded {
+			degraded[o.mode]++
+		}
+		if !o.at.Before(faultAt) && o.at.Before(mendAt.Add(resumedAfter)) {
+			during = append(during, o.took)
+		}
+	}
+	if bad > 10 {
+		t.Errorf("... %d bad calls in all", bad)
+	}
+	for _, mode := range faultModes {
+		if degraded[mode] == 0 {
+			t.Errorf("no degraded answer for failure mode %s during the outage", mode)
+		}
+	}
+	slices.Sort(during)
+	t.Logf("%d calls; breaker opened %v after the fault; outage p99 %v, max %v over %d calls; mended in %v, enforcing again %v after that",
+		len(outcomes), openedAfter.Round(time.Millisecond), percentile(during, 0.99), percentile(during, 1), len(during),
+		mended.Round(time.Millisecond), resumedAfter.Round(time.Millisecond))
+
+	// No pile-up: goroutines and heap return to where they were.
+	eventually(t, settle, fmt.Sprintf("goroutines back to %d", goroutines), func() bool {
+		return runtime.NumGoroutine() <= goroutines+5
+	})
+	if got := heapInUse(); got > heap+32<<20 {
+		t.Errorf("heap in use %d MB after the fault, %d MB before", got>>20, heap>>20)
+	}
+}
+
+// exactCheck makes more calls than the exact limit on a fresh key and
+// checks that exactly the limit is admitted, by Redis (no degraded answer).
+func exactCheck(t *testing.T, svc *service, phase string) {
+	t.Helper()
+	key := fmt.Sprintf("%s-%d", phase, time.Now().UnixNano())
+	admitted := 0
+	for i := range exactLimit + 10 {
+		resp := svc.query(t, "faults", entries("tenant", faultTenant, "exact", key))
+		if isDegraded(resp) {
+			t.Fatalf("%s the fault, call %d on %s was degraded", phase, i, key)
+		}
+		if resp.OverallCode == rlsv3.RateLimitResponse_OK {
+			admitted++
+		}
+	}
+	if admitted != exactLimit {
+		t.Errorf("%s the fault: %d of %d calls admitted, want exactly %d", phase, admitted, exactLimit+10, exactLimit)
+	}
+}
+
+// outcome is one call of the load.
+type outcome struct {
+	mode     string
+	at       time.Time
+	took     time.Duration
+	code     rlsv3.RateLimitResponse_Code
+	degraded bool
+	err      error
+}
+
+// problem says what is wrong with o, or "".
+func (o outcome) problem() string {
+	switch {
+	case o.err != nil:
+		return fmt.Sprintf("error %v", o.err)
+	case !o.degraded && o.code != rlsv3.RateLimitResponse_OK:
+		return fmt.Sprintf("%v without a degraded store", o.code)
+	case o.degraded && o.mode == "closed" && o.code != rlsv3.RateLimitResponse_OVER_LIMIT:
+		return fmt.Sprintf("%v from a degraded store, want OVER_LIMIT", o.code)
+	case o.degraded && o.mode != "closed" && o.code != rlsv3.RateLimitResponse_OK:
+		return fmt.Sprintf("%v from a degraded store, want OK", o.code)
+	}
+	return ""
+}
+
+// load calls tollgate from several goroutines, each at most once per
+// millisecond, cycling through the failure modes, and keeps every outcome.
+type load struct {
+	stop chan struct{}
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	out  []outcome
+}
+
+func startLoad(client *rlsclient.Client, workers int) *load {
+	l := &load{stop: make(chan struct{})}
+	for w := range workers {
+		l.wg.Go(func() {
+			tick := time.NewTicker(time.Millisecond)
+			defer tick.Stop()
+			for i := w; ; i++ {
+				select {
+				case <-l.stop:
+					return
+				case <-tick.C:
+				}
+				mode := faultModes[i%len(faultModes)]
+				ctx, cancel := context.WithTimeout(context.Background(), callDeadline)
+				start := time.Now()
+				resp, err := client.Query(ctx, rlsclient.Request{
+					Domain:      "faults",
+					Descriptors: [][]descriptor.Entry{entries("tenant", faultTenant, "mode", mode)},
+				})
+				o := outcome{mode: mode, at: start, took: time.Since(start), err: err}
+				cancel()
+				if err == nil {
+					o.code, o.degraded = resp.OverallCode, isDegraded(resp)
+				}
+				l.mu.Lock()
+				l.out = append(l.out, o)
+				l.mu.Unlock()
+			}
+		})
+	}
+	return l
+}
+
+// waitFor polls until n calls have started since from.
+func (l *load) waitFor(t *testing.T, n int, from time.Time) {
+	t.Helper()
+	eventually(t, settle, fmt.Sprintf("%d calls", n), func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		count := 0
+		for _, o := range l.out {
+			if !o.at.Before(from) {
+				count++
+			}
+		}
+		return count >= n
+	})
+}
+
+func (l *load) halt() {
+	close(l.stop)
+	l.wg.Wait()
+}
+
+func (l *load) results() []outcome {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.out)
+}
+
+func isDegraded(resp *rlsv3.RateLimitResponse) bool {
+	for _, h := range resp.GetResponseHeadersToAdd() {
+		if h.GetKey() == limiter.HeaderPolicy && h.GetValue() == limiter.PolicyDegraded {
+			return true
+		}
+	}
+	return false
+}
+
+// percentile returns the q-quantile of sorted durations (q = 1: the max).
+func percentile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := min(int(q*float64(len(sorted))), len(sorted)-1)
+	return sorted[i].Round(time.Millisecond / 10)
+}
+
+// heapInUse returns the bytes of heap in use after a collection.
+func heapInUse() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse
+}
