@@ -93,7 +93,9 @@ func (a *App) build(ctx context.Context) error {
 	a.reloader, err = reload.New(reload.Options{
 		Dir: s.ConfigDir,
 		Load: func(dir string) (*descriptor.Tree, error) {
-			return descriptor.Load(dir, descriptor.Options{DefaultAlgorithm: kind, DefaultFailureMode: failureMode})
+			return descriptor.Load(dir, descriptor.Options{
+				DefaultAlgorithm: kind, DefaultFailureMode: failureMode, MaxPatterns: s.MaxPatterns,
+			})
 		},
 		Logger:        a.logger,
 		MeterProvider: meters,
@@ -134,6 +136,7 @@ func (a *App) build(ctx context.Context) error {
 		MaxEntries:     s.MaxEntries,
 		MaxKeyLen:      s.MaxKeyLen,
 		MaxValueLen:    s.MaxValueLen,
+		MaxHits:        uint64(s.MaxHits),
 		Logger:         a.logger,
 	})
 	a.grpc = grpc.NewServer(

@@ -64,6 +64,8 @@ type Settings struct {
 	MaxEntries     int `mapstructure:"max-entries"`
 	MaxKeyLen      int `mapstructure:"max-key-length"`
 	MaxValueLen    int `mapstructure:"max-value-length"`
+	MaxHits        int `mapstructure:"max-hits"`
+	MaxPatterns    int `mapstructure:"max-patterns"`
 }
 
 // settingsFlags declares every setting as a flag with its default.
@@ -109,6 +111,8 @@ func settingsFlags(fs *pflag.FlagSet) {
 	fs.Int("max-entries", 32, "most entries in one descriptor")
 	fs.Int("max-key-length", 256, "longest descriptor entry key, in bytes")
 	fs.Int("max-value-length", 4096, "longest descriptor entry value, in bytes")
+	fs.Int("max-hits", 1_000_000, "largest hits_addend, of a request or a descriptor")
+	fs.Int("max-patterns", 1000, "most wildcard values of one key at one level of the configuration (allow and deny lists)")
 }
 
 // DefaultSettings returns the settings of `tollgate serve` without flags,
@@ -212,6 +216,7 @@ func (s Settings) validate() error {
 		{"breaker-failures", s.BreakerFailures}, {"breaker-probes", s.BreakerProbes},
 		{"local-fallback-share", s.LocalFallbackShare}, {"local-fallback-max-keys", s.LocalFallbackKeys},
 		{"max-key-length", s.MaxKeyLen}, {"max-value-length", s.MaxValueLen},
+		{"max-hits", s.MaxHits}, {"max-patterns", s.MaxPatterns},
 	} {
 		if bound.n <= 0 {
 			errs = append(errs, fmt.Errorf("%s: must be positive, got %d", bound.name, bound.n))

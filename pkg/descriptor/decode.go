@@ -536,6 +536,10 @@ func (b *domainBuilder) level(seqNode *yaml.Node, parent *node, parentPath strin
 		}
 		switch {
 		case n.wildcard:
+			if len(g.wild) == b.opts.maxPatterns() {
+				b.errorAt(n.line, n.path, "more than %d wildcard values of key %q at one level: a request tries them in turn (Options.MaxPatterns)", len(g.wild), n.key)
+				continue
+			}
 			g.wild = append(g.wild, n)
 		case n.value == "":
 			g.deflt = n

@@ -23,6 +23,21 @@ type Options struct {
 	// DefaultFailureMode applies where neither a rule nor its domain's
 	// defaults name one; zero means FailOpen.
 	DefaultFailureMode FailureMode
+	// MaxPatterns bounds the wildcard values of one key at one level, such
+	// as the patterns of an allow or deny list, which a request tries in
+	// turn (exact values are looked up at once, whatever their number).
+	// Zero means DefaultMaxPatterns.
+	MaxPatterns int
+}
+
+// DefaultMaxPatterns is the default of Options.MaxPatterns.
+const DefaultMaxPatterns = 1000
+
+func (o Options) maxPatterns() int {
+	if o.MaxPatterns <= 0 {
+		return DefaultMaxPatterns
+	}
+	return o.MaxPatterns
 }
 
 // Load reads every *.yaml and *.yml file under dir, recursively, and

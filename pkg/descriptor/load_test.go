@@ -126,6 +126,43 @@ func TestLoadDefaultAlgorithm(t *testing.T) {
 	}
 }
 
+func TestLoadDefaultFailureMode(t *testing.T) {
+	fsys := fstest.MapFS{
+		"a.yaml": {Data: []byte("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")},
+		"b.yaml": {Data: []byte("domain: b\ndefaults: {failure_mode: local}\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")},
+	}
+	for _, opt := range []FailureMode{FailOpen, FailClosed} {
+		tree, err := LoadFS(fsys, Options{DefaultFailureMode: opt})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := tree.Domain("a").Match(entries("k=1")).FailureMode
+		b := tree.Domain("b").Match(entries("k=1")).FailureMode
+		if a != opt || b != FailLocal {
+			t.Errorf("DefaultFailureMode %v: a=%v b=%v, want %v local", opt, a, b, opt)
+		}
+	}
+	if _, err := LoadFS(fsys, Options{DefaultFailureMode: 9}); err == nil {
+		t.Error("DefaultFailureMode 9: no error")
+	}
+}
+
+func TestLoadMaxPatterns(t *testing.T) {
+	yaml := "domain: p\ndescriptors:\n"
+	for _, v := range []string{"a*", "b*", "c", "d*"} {
+		yaml += "  - key: k\n    value: \"" + v + "\"\n    action: deny\n"
+	}
+	fsys := fstest.MapFS{"p.yaml": {Data: []byte(yaml)}}
+	if _, err := LoadFS(fsys, Options{MaxPatterns: 3}); err != nil {
+		t.Fatalf("3 patterns with MaxPatterns 3: %v", err)
+	}
+	_, err := LoadFS(fsys, Options{MaxPatterns: 2})
+	want := `p.yaml:12: k=d*: more than 2 wildcard values of key "k" at one level: a request tries them in turn (Options.MaxPatterns)`
+	if err == nil || err.Error() != want {
+		t.Errorf("3 patterns with MaxPatterns 2: %v, want %s", err, want)
+	}
+}
+
 func TestHash(t *testing.T) {
 	base := "domain: h\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"
 	hash := func(files map[string]string, opts Options) string {

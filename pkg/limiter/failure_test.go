@@ -96,7 +96,9 @@ func TestFailureModes(t *testing.T) {
 			err:      open,
 			req:      req("api", d("shadow=v")),
 			wantCode: OK,
-			want:     func(f *fixture) []Status { return []Status{{Code: OK, Limit: limitOf(f, "api", "shadow"), ResetAfter: open.RetryAfter}} },
+			want: func(f *fixture) []Status {
+				return []Status{{Code: OK, Limit: limitOf(f, "api", "shadow"), ResetAfter: open.RetryAfter}}
+			},
 		},
 		{
 			name:     "domain default",

@@ -53,6 +53,7 @@ const (
 	DefaultMaxEntries     = 32
 	DefaultMaxKeyLen      = 256
 	DefaultMaxValueLen    = 4096
+	DefaultMaxHits        = 1_000_000
 )
 
 // Checker decides rate-limit requests; *limiter.Limiter implements it.
@@ -81,6 +82,8 @@ type Options struct {
 	MaxKeyLen int
 	// MaxValueLen bounds the bytes of an entry value.
 	MaxValueLen int
+	// MaxHits bounds hits_addend, of the request and of each descriptor.
+	MaxHits uint64
 	// Logger receives internal errors; nil discards.
 	Logger *slog.Logger
 }
@@ -95,6 +98,7 @@ type Server struct {
 	maxEntries     int
 	maxKeyLen      int
 	maxValueLen    int
+	maxHits        uint64
 	log            *slog.Logger
 	health         *health.Server
 	pool           sync.Pool // *scratch
@@ -111,6 +115,7 @@ func New(opts Options) *Server {
 		maxEntries:     orDefault(opts.MaxEntries, DefaultMaxEntries),
 		maxKeyLen:      orDefault(opts.MaxKeyLen, DefaultMaxKeyLen),
 		maxValueLen:    orDefault(opts.MaxValueLen, DefaultMaxValueLen),
+		maxHits:        orDefault(opts.MaxHits, DefaultMaxHits),
 		log:            opts.Logger,
 		health:         health.NewServer(),
 	}
@@ -126,7 +131,7 @@ func New(opts Options) *Server {
 }
 
 // orDefault returns v, or def when v is not positive.
-func orDefault(v, def int) int {
+func orDefault[T int | uint64](v, def T) T {
 	if v <= 0 {
 		return def
 	}
@@ -228,10 +233,15 @@ func (s *Server) Validate(req *limiter.Request) error {
 		return fmt.Errorf("domain: longer than %d bytes", s.maxKeyLen)
 	case len(req.Descriptors) > s.maxDescriptors:
 		return fmt.Errorf("descriptors: %d exceed the limit of %d", len(req.Descriptors), s.maxDescriptors)
+	case uint64(req.Hits) > s.maxHits:
+		return fmt.Errorf("hits_addend: %d exceeds the limit of %d", req.Hits, s.maxHits)
 	}
 	for i, d := range req.Descriptors {
-		if len(d.Entries) > s.maxEntries {
+		switch {
+		case len(d.Entries) > s.maxEntries:
 			return fmt.Errorf("descriptors[%d]: %d entries exceed the limit of %d", i, len(d.Entries), s.maxEntries)
+		case d.HasHits && d.Hits > s.maxHits:
+			return fmt.Errorf("descriptors[%d].hits_addend: %d exceeds the limit of %d", i, d.Hits, s.maxHits)
 		}
 		for j, e := range d.Entries {
 			switch {

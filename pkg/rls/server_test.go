@@ -423,7 +423,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 }
 
 func TestValidate(t *testing.T) {
-	s := New(Options{Limiter: newLimiter(t), MaxDescriptors: 2, MaxEntries: 2, MaxKeyLen: 8, MaxValueLen: 8})
+	s := New(Options{Limiter: newLimiter(t), MaxDescriptors: 2, MaxEntries: 2, MaxKeyLen: 8, MaxValueLen: 8, MaxHits: 100})
 	one := func(kv ...string) limiter.Descriptor {
 		var es []descriptor.Entry
 		for _, e := range entries(kv...) {
@@ -442,6 +442,9 @@ func TestValidate(t *testing.T) {
 		{"too many entries", &limiter.Request{Domain: "api", Descriptors: []limiter.Descriptor{one("a=1", "b=2", "c=3")}}, "descriptors[0]: 3 entries exceed the limit of 2"},
 		{"long key", &limiter.Request{Domain: "api", Descriptors: []limiter.Descriptor{one("k=v"), one("123456789=v")}}, "descriptors[1].entries[0]: key longer than 8 bytes"},
 		{"long value", &limiter.Request{Domain: "api", Descriptors: []limiter.Descriptor{one("k=v", "k=123456789")}}, "descriptors[0].entries[1]: value longer than 8 bytes"},
+		{"most hits", &limiter.Request{Domain: "api", Hits: 100, Descriptors: []limiter.Descriptor{{Entries: one("k=v").Entries, Hits: 100, HasHits: true}}}, ""},
+		{"request hits", &limiter.Request{Domain: "api", Hits: 101, Descriptors: []limiter.Descriptor{one("k=v")}}, "hits_addend: 101 exceeds the limit of 100"},
+		{"descriptor hits", &limiter.Request{Domain: "api", Descriptors: []limiter.Descriptor{one("k=v"), {Entries: one("k=v").Entries, Hits: 1 << 40, HasHits: true}}}, "descriptors[1].hits_addend: 1099511627776 exceeds the limit of 100"},
 	}
 	for _, tt := range tests {
 		err := s.Validate(tt.req)
