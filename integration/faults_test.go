@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -315,4 +316,38 @@ func heapInUse() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapInuse
+}
+
+func TestStartsWithoutRedis(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	srv.Kill()
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "faults.yaml"), faultRules)
+	svc := startServiceIn(t, dir, func(s *app.Settings) {
+		s.Store, s.RedisAddrs, s.BreakerOpenTime = "redis", []string{srv.Addr}, breakerOpenTime
+	})
+	for _, mode := range faultModes {
+		resp := svc.query(t, "faults", entries("tenant", faultTenant, "mode", mode))
+		want := rlsv3.RateLimitResponse_OK
+		if mode == "closed" {
+			want = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		if resp.OverallCode != want || !isDegraded(resp) {
+			t.Errorf("mode %s without redis: %v (degraded %v), want %v, degraded", mode, resp.OverallCode, isDegraded(resp), want)
+		}
+	}
+	// Enough failures open the breaker, which /readyz reports.
+	eventually(t, settle, "/readyz to report the open breaker", func() bool {
+		svc.query(t, "faults", entries("tenant", faultTenant, "mode", "open"))
+		return strings.HasPrefix(svc.get(t, svc.httpAddr, "/readyz"), "OK, degraded: store unavailable, circuit breaker open")
+	})
+
+	srv.Restart()
+	eventually(t, settle, "enforcement to start", func() bool {
+		return !isDegraded(svc.query(t, "faults", entries("tenant", faultTenant, "mode", "open")))
+	})
+	exactCheck(t, svc, "after")
+	if body := svc.get(t, svc.httpAddr, "/readyz"); body != "OK\n" {
+		t.Errorf("/readyz with redis: %q", body)
+	}
 }
