@@ -1,0 +1,285 @@
+package rls
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"strings"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/tollgatehq/tollgate/pkg/algorithm"
+	"github.com/tollgatehq/tollgate/pkg/descriptor"
+	"github.com/tollgatehq/tollgate/pkg/limiter"
+	"github.com/tollgatehq/tollgate/pkg/store"
+	"github.com/tollgatehq/tollgate/pkg/store/memory"
+)
+
+// fuzzConfig holds the domains FuzzShouldRateLimit answers: every algorithm,
+// allow and deny actions, shadow and quota mode, replaces, shared wildcard
+// counters, unlimited rules and the three failure modes. The limits are
+// small so that one request with a few repeated descriptors goes over them.
+var fuzzConfig = fstest.MapFS{
+	"api.yaml": {Data: []byte(`
+domain: api
+defaults:
+  failure_mode: closed
+descriptors:
+  - key: api_key
+    value: sk_internal_leaked
+    action: deny
+  - key: api_key
+    value: sk_internal_*
+    action: allow
+  - key: api_key
+    value: sk_revoked_*
+    action: deny
+  - key: api_key
+    rate_limit: {unit: second, requests_per_unit: 3, algorithm: token_bucket, burst: 2}
+    descriptors:
+      - key: endpoint
+        value: /search
+        rate_limit: {unit: minute, requests_per_unit: 3, algorithm: sliding_window_log}
+      - key: endpoint
+        value: /users
+        rate_limit: {unit: minute, requests_per_unit: 3, algorithm: sliding_window_counter}
+  - key: client
+    value: windowed
+    rate_limit: {unit: minute, requests_per_unit: 3, algorithm: fixed_window}
+  - key: client
+    value: report
+    rate_limit: {unit: minute, unit_multiplier: 5, requests_per_unit: 4, algorithm: fixed_window}
+  - key: client
+    value: layered
+    failure_mode: local
+    rate_limits:
+      - {unit: second, requests_per_unit: 2}
+      - {unit: day, requests_per_unit: 5, algorithm: fixed_window}
+`)},
+	"legacy.yaml": {Data: []byte(`
+domain: legacy
+descriptors:
+  - key: source_cluster
+    value: proxy
+    descriptors:
+      - key: destination_cluster
+        value: bar
+        rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: path
+    value: /api/*
+    rate_limit: {name: api_paths, unit: second, requests_per_unit: 3}
+  - key: path
+    value: /files/*
+    share_threshold: true
+    rate_limit: {unit: second, requests_per_unit: 2}
+  - key: plan
+    value: bulk
+    rate_limit:
+      name: bulk
+      unit: second
+      requests_per_unit: 5
+      replaces:
+        - name: api_paths
+  - key: path
+    value: /healthz
+    rate_limit: {unlimited: true}
+  - key: user_agent
+    shadow_mode: true
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: quota
+    quota_mode: true
+    rate_limit: {unit: month, requests_per_unit: 2}
+  - key: region
+    value: eu-*-prod
+    value_to_metric: true
+    rate_limit: {unit: hour, requests_per_unit: 2, algorithm: sliding_window_counter}
+`)},
+	"tenants.yaml": {Data: []byte(`
+domain: tenants
+shard_by: tenant
+defaults:
+  failure_mode: open
+  algorithm: sliding_window_log
+descriptors:
+  - key: tenant
+    value: acme
+    failure_mode: local
+    rate_limits:
+      - {unit: second, requests_per_unit: 5}
+      - {unit: day, requests_per_unit: 10}
+    descriptors:
+      - key: user
+        rate_limit: {unit: second, requests_per_unit: 2}
+  - key: tenant
+    failure_mode: closed
+    rate_limit: {unit: minute, requests_per_unit: 4, algorithm: token_bucket}
+    descriptors:
+      - key: user
+        rate_limit: {unit: week, requests_per_unit: 3, algorithm: fixed_window}
+`)},
+}
+
+// downStore is a store that cannot decide, so that rules are answered by
+// their failure modes.
+type downStore struct{}
+
+var _ store.Store = downStore{}
+
+func (downStore) Apply(context.Context, []store.Hit, []algorithm.Verdict) error {
+	return fmt.Errorf("fuzz: %w", store.ErrUnavailable)
+}
+
+// FuzzShouldRateLimit decodes arbitrary bytes as a RateLimitRequest and
+// answers it with a real engine over fuzzConfig: twice with a working store
+// (the second answer sees the first one's counts), once with a store that is
+// down. Every answer must be a response with one status per descriptor, each
+// OK or OVER_LIMIT, or codes.InvalidArgument. The server turns a panic into
+// codes.Internal, so "never Internal" is what catches panics.
+//
+// Inputs the protobuf decoder rejects, such as strings with invalid UTF-8,
+// are skipped: the gRPC server rejects them the same way before
+// ShouldRateLimit.
+func FuzzShouldRateLimit(f *testing.F) {
+	tree, err := descriptor.LoadFS(fuzzConfig, descriptor.Options{})
+	if err != nil {
+		f.Fatalf("loading config: %v", err)
+	}
+	for _, req := range fuzzSeeds() {
+		data, err := proto.Marshal(req)
+		if err != nil {
+			f.Fatalf("marshalling seed %v: %v", req, err)
+		}
+		f.Add(data)
+	}
+	// A domain with invalid UTF-8, which proto.Marshal refuses to write.
+	f.Add(protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "api\xff"))
+	// A valid request followed by a field Envoy does not define.
+	valid, _ := proto.Marshal(&rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("api_key=k1")}})
+	f.Add(protowire.AppendVarint(protowire.AppendTag(valid, 99, protowire.VarintType), 7))
+
+	f.Fuzz(func(t *testing.T, data []byte) {
+		req := new(rlsv3.RateLimitRequest)
+		if proto.Unmarshal(data, req) != nil {
+			return
+		}
+		now := func() time.Time { return t0 }
+		var logs bytes.Buffer
+		log := slog.New(slog.NewTextHandler(&logs, nil))
+		newServer := func(st, fallback store.Store) *Server {
+			l, err := limiter.New(limiter.Options{
+				Store:         st,
+				Tree:          func() *descriptor.Tree { return tree },
+				HeaderStyle:   limiter.HeadersXRateLimit,
+				Fallback:      fallback,
+				FallbackShare: 3,
+				Now:           now,
+				Logger:        log,
+			})
+			if err != nil {
+				t.Fatalf("limiter.New: %v", err)
+			}
+			return New(Options{Limiter: l, MaxDescriptors: 16, MaxEntries: 8, MaxKeyLen: 64, MaxValueLen: 256, Logger: log})
+		}
+		up := newServer(memory.New(memory.Options{MaxKeys: 10000, Now: now}), nil)
+		down := newServer(downStore{}, memory.New(memory.Options{MaxKeys: 1000, Now: now}))
+		ctx := context.Background()
+		for i, s := range []*Server{up, up, down} {
+			resp, err := s.ShouldRateLimit(ctx, req)
+			if msg := checkAnswer(req, resp, err); msg != "" {
+				t.Fatalf("answer %d: %s\nrequest: %s\nlogs:\n%s", i, msg, prototext.Format(req), logs.String())
+			}
+		}
+	})
+}
+
+// checkAnswer returns what is wrong with an answer to req, or "".
+func checkAnswer(req *rlsv3.RateLimitRequest, resp *rlsv3.RateLimitResponse, err error) string {
+	if err != nil {
+		if c := status.Code(err); c != codes.InvalidArgument {
+			return fmt.Sprintf("error %v, want codes.InvalidArgument or an answer", err)
+		}
+		return ""
+	}
+	valid := func(c rlsv3.RateLimitResponse_Code) bool {
+		return c == rlsv3.RateLimitResponse_OK || c == rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	switch {
+	case resp == nil:
+		return "nil response and nil error"
+	case !valid(resp.GetOverallCode()):
+		return fmt.Sprintf("overall code %v", resp.GetOverallCode())
+	case len(resp.GetStatuses()) != len(req.GetDescriptors()):
+		return fmt.Sprintf("%d statuses for %d descriptors", len(resp.GetStatuses()), len(req.GetDescriptors()))
+	}
+	for i, st := range resp.GetStatuses() {
+		if !valid(st.GetCode()) {
+			return fmt.Sprintf("statuses[%d]: code %v", i, st.GetCode())
+		}
+	}
+	return ""
+}
+
+// fuzzSeeds returns realistic and edge-case requests for fuzzConfig.
+func fuzzSeeds() []*rlsv3.RateLimitRequest {
+	type descs = []*ratelimitv3.RateLimitDescriptor
+	override := func(d *ratelimitv3.RateLimitDescriptor, rpu uint32, unit typev3.RateLimitUnit, mult *wrapperspb.UInt32Value) *ratelimitv3.RateLimitDescriptor {
+		d.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: rpu, Unit: unit, UnitMultiplier: mult}
+		return d
+	}
+	hits := func(d *ratelimitv3.RateLimitDescriptor, n uint64, refund bool) *ratelimitv3.RateLimitDescriptor {
+		d.HitsAddend, d.IsNegativeHits = wrapperspb.UInt64(n), refund
+		return d
+	}
+	many := make(descs, 17)
+	for i := range many {
+		many[i] = desc("client=windowed")
+	}
+	return []*rlsv3.RateLimitRequest{
+		// Realistic requests, one per kind of rule.
+		{Domain: "api", Descriptors: descs{desc("api_key=k1"), desc("api_key=k1", "endpoint=/search")}},
+		{Domain: "api", Descriptors: descs{desc("api_key=k1", "endpoint=/users"), desc("api_key=sk_internal_x"), desc("api_key=sk_revoked_y")}},
+		{Domain: "api", Descriptors: descs{desc("client=windowed"), desc("client=report"), desc("client=layered"), desc("client=layered")}},
+		{Domain: "legacy", Descriptors: descs{desc("path=/api/v1"), desc("plan=bulk"), desc("path=/files/a"), desc("path=/files/b")}},
+		{Domain: "legacy", Descriptors: descs{desc("source_cluster=proxy", "destination_cluster=bar"), desc("path=/healthz"), desc("user_agent=curl"), desc("user_agent=curl")}},
+		{Domain: "legacy", HitsAddend: 2, Descriptors: descs{desc("quota=q"), desc("region=eu-west-1-prod"), desc("quota=q")}},
+		{Domain: "tenants", Descriptors: descs{desc("tenant=acme"), desc("tenant=acme", "user=u1")}},
+		{Domain: "tenants", Descriptors: descs{desc("tenant=t2"), desc("tenant=t2", "user=u1"), desc("tenant=t2", "user=u1", "extra=x")}},
+		// Hits: huge, zero, refunds.
+		{Domain: "api", HitsAddend: math.MaxUint32, Descriptors: descs{desc("client=windowed"), desc("api_key=k1")}},
+		{Domain: "api", Descriptors: descs{hits(desc("client=layered"), math.MaxUint64, false), hits(desc("api_key=k1", "endpoint=/search"), math.MaxInt64+1, false)}},
+		{Domain: "api", Descriptors: descs{hits(desc("client=windowed"), 0, false), hits(desc("client=windowed"), math.MaxUint64, true)}},
+		{Domain: "tenants", Descriptors: descs{hits(desc("tenant=acme"), 3, true), hits(desc("tenant=t3", "user=u"), 1<<40, true)}},
+		// Overrides: valid, unknown and out-of-range units, zero and huge values.
+		{Domain: "api", Descriptors: descs{override(desc("api_key=k2"), 1, typev3.RateLimitUnit_SECOND, nil), override(desc("nomatch=x"), 0, typev3.RateLimitUnit_YEAR, wrapperspb.UInt32(math.MaxUint32))}},
+		{Domain: "legacy", Descriptors: descs{override(desc("path=/files/x"), math.MaxUint32, typev3.RateLimitUnit_DAY, wrapperspb.UInt32(0))}},
+		{Domain: "api", Descriptors: descs{override(desc("api_key=k3"), 5, typev3.RateLimitUnit_UNKNOWN, nil)}},
+		{Domain: "api", Descriptors: descs{override(desc("api_key=k3"), 5, typev3.RateLimitUnit(99), nil)}},
+		// Malformed requests.
+		{Domain: "", Descriptors: descs{desc("api_key=k1")}},
+		{Domain: "api"},
+		{Domain: "api", Descriptors: descs{desc("api_key=k1"), {}}},
+		{Domain: "api", Descriptors: descs{desc("=v")}},
+		{Domain: "api", Descriptors: descs{desc(strings.Repeat("k", 65) + "=v")}},
+		{Domain: "api", Descriptors: descs{desc("k=" + strings.Repeat("v", 257))}},
+		{Domain: strings.Repeat("d", 65), Descriptors: descs{desc("k=v")}},
+		{Domain: "api", Descriptors: many},
+		{Domain: "api", Descriptors: many[:16]},
+		// Unknown domains, unmatched and odd entries.
+		{Domain: "nope", Descriptors: descs{desc("api_key=k1")}},
+		{Domain: "api", Descriptors: descs{desc("api_key="), desc("api_key=\x00"), desc("api_key=*"), desc("api_key=sk_internal_leaked")}},
+		{Domain: "legacy", Descriptors: descs{desc("path=/api/*"), desc("path=/files/*", "path=/files/*"), desc("region=eu--prod")}},
+	}
+}
