@@ -311,6 +311,11 @@ func (s *Store) apply(ctx context.Context, hits []store.Hit, verdicts []algorith
 	s.requests.Put(r)
 	if failed != nil {
 		s.metrics.failed(ctx, s.metrics.redisError)
+		if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) && !errors.Is(failed, context.DeadlineExceeded) {
+			// go-redis ends a read at the context's deadline with a
+			// plain i/o timeout; say which deadline it was.
+			failed = fmt.Errorf("%w: %w", context.DeadlineExceeded, failed)
+		}
 		return 0, fmt.Errorf("%w: redis: %w", store.ErrUnavailable, failed)
 	}
 	return decidedAt, nil
