@@ -11,6 +11,7 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/algorithm/algorithmtest"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/limiter"
+	"github.com/tollgatehq/tollgate/pkg/store"
 	"github.com/tollgatehq/tollgate/pkg/store/memory"
 )
 
@@ -192,4 +193,38 @@ func check(t *testing.T, lim *limiter.Limiter, req *limiter.Request) limiter.Cod
 		t.Fatal(err)
 	}
 	return resp.Code
+}
+
+// downStore is a store that cannot decide.
+type downStore struct{}
+
+func (downStore) Apply(context.Context, []store.Hit, []algorithm.Verdict) error {
+	return store.ErrUnavailable
+}
+
+func TestExampleFailureModes(t *testing.T) {
+	tree, err := descriptor.Load("../config-examples", descriptor.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := limiter.New(limiter.Options{Store: downStore{}, Tree: func() *descriptor.Tree { return tree }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for descs, want := range map[string]limiter.Code{
+		"tenant=acme;tenant=acme,user=u1": limiter.OK,        // the domain's default: open
+		"tenant=t1;tenant=t1,user=u1":     limiter.OverLimit, // the rule's own: closed
+	} {
+		resp, err := lim.Check(context.Background(), exampleRequest("tenants", descs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		degraded := false
+		for _, h := range resp.Headers {
+			degraded = degraded || (h.Key == limiter.HeaderPolicy && h.Value == limiter.PolicyDegraded)
+		}
+		if resp.Code != want || !degraded {
+			t.Errorf("%s with the store down: %s (degraded %v), want %s, degraded", descs, resp.Code, degraded, want)
+		}
+	}
 }
