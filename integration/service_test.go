@@ -5,12 +5,14 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -40,6 +42,9 @@ type service struct {
 	httpAddr  string
 	debugAddr string
 	client    *rlsclient.Client
+	// stop cancels the App's context and returns Run's error; it runs
+	// once, and at the test's end if the test did not call it.
+	stop func() error
 }
 
 // startService runs an App on loopback ports serving the rules in files,
@@ -56,13 +61,20 @@ func startService(t *testing.T, files map[string]string, tweak ...func(*app.Sett
 // startServiceIn runs an App serving the rules already in dir.
 func startServiceIn(t *testing.T, dir string, tweak ...func(*app.Settings)) *service {
 	t.Helper()
+	return startServiceLogging(t, dir, io.Discard, tweak...)
+}
+
+// startServiceLogging runs an App serving the rules in dir that logs to w,
+// at debug level.
+func startServiceLogging(t *testing.T, dir string, w io.Writer, tweak ...func(*app.Settings)) *service {
+	t.Helper()
 	s := app.DefaultSettings()
 	s.ConfigDir, s.GRPCAddr, s.HTTPAddr, s.DebugAddr = dir, "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	s.MemoryMaxKeys, s.MaxDescriptors, s.MaxEntries, s.MaxKeyLen, s.MaxValueLen = 10000, 8, 8, 64, 256
 	for _, f := range tweak {
 		f(&s)
 	}
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	logger := slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx, cancel := context.WithCancel(context.Background())
 	a, err := app.New(ctx, s, logger)
 	if err != nil {
@@ -76,19 +88,23 @@ func startServiceIn(t *testing.T, dir string, tweak ...func(*app.Settings)) *ser
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		client.Close()
+	svc := &service{dir: dir, grpcAddr: grpcAddr, httpAddr: httpAddr, debugAddr: debugAddr, client: client}
+	svc.stop = sync.OnceValue(func() error {
 		cancel()
 		select {
 		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
+			return err
 		case <-time.After(10 * time.Second):
-			t.Error("Run did not return after cancel")
+			return errors.New("Run did not return within 10 s of the stop")
 		}
 	})
-	return &service{dir: dir, grpcAddr: grpcAddr, httpAddr: httpAddr, debugAddr: debugAddr, client: client}
+	t.Cleanup(func() {
+		client.Close()
+		if err := svc.stop(); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return svc
 }
 
 func (s *service) query(t *testing.T, domain string, descs ...[]descriptor.Entry) *rlsv3.RateLimitResponse {

@@ -1,9 +1,6 @@
 package integration
 
 import (
-	"context"
-	"io"
-	"log/slog"
 	"path/filepath"
 	"testing"
 	"time"
@@ -13,7 +10,6 @@ import (
 
 	"github.com/tollgatehq/tollgate/integration/redistest"
 	"github.com/tollgatehq/tollgate/pkg/app"
-	"github.com/tollgatehq/tollgate/pkg/rlsclient"
 )
 
 // TestShutdownFinishesInFlightCalls stops tollgate while every call waits
@@ -23,40 +19,19 @@ func TestShutdownFinishesInFlightCalls(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "faults.yaml"), faultRules)
-	s := app.DefaultSettings()
-	s.ConfigDir, s.GRPCAddr, s.HTTPAddr, s.DebugAddr = dir, "127.0.0.1:0", "127.0.0.1:0", ""
-	s.Store, s.RedisAddrs = "redis", []string{srv.Addr}
 	// Every call waits out the store timeout, and the breaker never opens.
-	const storeTimeout = 150 * time.Millisecond
-	s.StoreTimeout, s.RedisTimeout, s.BreakerFailures = storeTimeout, time.Second, 1_000_000
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	a, err := app.New(ctx, s, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	grpcAddr, _, _ := a.Addrs()
-	client, err := rlsclient.Dial(grpcAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	svc := startServiceIn(t, dir, func(s *app.Settings) {
+		s.Store, s.RedisAddrs = "redis", []string{srv.Addr}
+		s.StoreTimeout, s.RedisTimeout, s.BreakerFailures = 150*time.Millisecond, time.Second, 1_000_000
+	})
 
 	srv.Stop()
 	defer srv.Continue()
-	load := startLoad(client, 4)
+	load := startLoad(svc.client, 4)
 	load.waitFor(t, 8, time.Time{})
 	stopAt := time.Now()
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return within 10 s of the stop")
+	if err := svc.stop(); err != nil {
+		t.Errorf("Run: %v", err)
 	}
 	t.Logf("Run returned %v after the stop", time.Since(stopAt).Round(time.Millisecond))
 	load.halt()

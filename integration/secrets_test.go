@@ -1,0 +1,74 @@
+package integration
+
+import (
+	"bytes"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/tollgatehq/tollgate/integration/redistest"
+	"github.com/tollgatehq/tollgate/pkg/app"
+	"github.com/tollgatehq/tollgate/pkg/descriptor"
+)
+
+// TestSecretsStayOut runs tollgate with a wrong Redis password, given as a
+// setting and inside a URL, and checks that neither appears in its logs
+// (debug level, go-redis's own lines included), /debug/config or /metrics
+// while every decision fails on it.
+func TestSecretsStayOut(t *testing.T) {
+	srv := redistest.StartStandalone(t, redistest.WithPassword("the-right-one"))
+	const setting, inURL = "wrong-setting-pw-5b1e", "wrong-url-pw-77c2"
+	for name, tweak := range map[string]func(*app.Settings){
+		"setting": func(s *app.Settings) { s.RedisAddrs, s.RedisPassword = []string{srv.Addr}, setting },
+		"url":     func(s *app.Settings) { s.RedisAddrs = []string{"redis://:" + inURL + "@" + srv.Addr + "/0"} },
+	} {
+		t.Run(name, func(t *testing.T) {
+			var logs lockedBuffer
+			svc := startServiceLogging(t, t.TempDir(), &logs, func(s *app.Settings) {
+				s.Store = "redis"
+				tweak(s)
+			})
+			writeFile(t, svc.dir+"/api.yaml", searchRules)
+			eventually(t, settle, "the rules to load", func() bool {
+				return strings.Contains(svc.get(t, svc.debugAddr, "/debug/config"), "search")
+			})
+			for range 10 { // enough failures to open the breaker
+				svc.query(t, "api", []descriptor.Entry{{Key: "api_key", Value: "k"}, {Key: "endpoint", Value: "/search"}})
+			}
+			if !strings.Contains(logs.String(), "WRONGPASS") {
+				t.Fatalf("the logs do not show the authentication failure:\n%s", logs.String())
+			}
+			seen := map[string]string{
+				"logs":          logs.String(),
+				"/debug/config": svc.get(t, svc.debugAddr, "/debug/config"),
+				"/metrics":      svc.get(t, svc.httpAddr, "/metrics"),
+				"/readyz":       svc.get(t, svc.httpAddr, "/readyz"),
+			}
+			for where, text := range seen {
+				for _, secret := range []string{setting, inURL} {
+					if strings.Contains(text, secret) {
+						t.Errorf("%s shows the password %q", where, secret)
+					}
+				}
+			}
+		})
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for concurrent writers.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
