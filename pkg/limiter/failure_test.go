@@ -254,3 +254,17 @@ func hasHeader(hs []Header, key, value string) bool {
 	}
 	return false
 }
+
+func TestFailureModeLocalKeepsLabelsBounded(t *testing.T) {
+	f := newFixture(t, failureYAML, func(o *Options) {
+		o.Store = failingStore{store.ErrUnavailable}
+		o.Fallback = memory.New(memory.Options{})
+		o.FallbackShare = 2
+	})
+	for i := range 100 {
+		f.check(t, req("api", d(fmt.Sprintf("local=v%d", i))))
+	}
+	if n := f.lim.labelsFor(f.lim.tree()).n.Load(); n != 1 {
+		t.Errorf("%d metric label sets after 100 local answers of one rule, want 1", n)
+	}
+}

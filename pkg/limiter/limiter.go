@@ -434,6 +434,7 @@ func (l *Limiter) CheckInto(ctx context.Context, req *Request, resp *Response) e
 		st := &s.descs[i]
 		out := &resp.Statuses[i]
 		var result result
+		var label *descriptor.Limit // the limit the metrics name, when not out.Limit
 		switch st.kind {
 		case kindUnmatched:
 			*out = Status{Code: OK}
@@ -466,6 +467,8 @@ func (l *Limiter) CheckInto(ctx context.Context, req *Request, resp *Response) e
 			case st.local:
 				*out, over = s.status(st)
 				f |= flagDegraded
+				label = out.Limit
+				out.Limit = l.localLimit(out.Limit)
 			default:
 				*out = l.failureStatus(s, st, storeErr)
 				over = out.Code == OverLimit
@@ -494,7 +497,10 @@ func (l *Limiter) CheckInto(ctx context.Context, req *Request, resp *Response) e
 				}
 			}
 		}
-		l.metrics.decisions.Add(ctx, 1, labels.options(req.Domain, dom, st, out.Limit, result)...)
+		if label == nil {
+			label = out.Limit
+		}
+		l.metrics.decisions.Add(ctx, 1, labels.options(req.Domain, dom, st, label, result)...)
 	}
 	if hardOver || (quotaSeen > 0 && quotaOver == quotaSeen) {
 		resp.Code = OverLimit
@@ -755,16 +761,10 @@ func (l *Limiter) decideLocally(ctx context.Context, s *scratch) {
 		if st.kind != kindCounted || l.failureMode(st) != descriptor.FailLocal {
 			continue
 		}
-		for j := st.firstHit; j < st.firstHit+st.nHits; j++ {
-			h := s.hits[j]
+		for _, h := range s.hits[st.firstHit : st.firstHit+st.nHits] {
 			h.Limit.Requests = shareOf(h.Limit.Requests, l.share)
 			h.Limit.Burst = shareOf(h.Limit.Burst, l.share)
 			s.localHits = append(s.localHits, h)
-			// The answer reports the share it enforces. (An outage is rare
-			// enough to allocate.)
-			lim := *s.limits[j]
-			lim.RequestsPerUnit, lim.Burst = uint32(h.Limit.Requests), uint32(h.Limit.Burst)
-			s.limits[j] = &lim
 		}
 	}
 	if len(s.localHits) == 0 {
@@ -784,6 +784,19 @@ func (l *Limiter) decideLocally(ctx context.Context, s *scratch) {
 		n += copy(s.verdicts[st.firstHit:st.firstHit+st.nHits], s.localVerdicts[n:])
 		st.local = true
 	}
+}
+
+// localLimit returns the share of lim the fallback enforces, which a local
+// answer reports. (An outage is rare enough to allocate; the metric labels
+// keep using lim, so that they do not multiply.)
+func (l *Limiter) localLimit(lim *descriptor.Limit) *descriptor.Limit {
+	if lim == nil {
+		return nil
+	}
+	local := *lim
+	local.RequestsPerUnit = uint32(shareOf(int64(lim.RequestsPerUnit), l.share))
+	local.Burst = uint32(shareOf(int64(lim.Burst), l.share))
+	return &local
 }
 
 // shareOf is one instance's share of n: n / share, but at least 1 unless n
