@@ -1,10 +1,18 @@
 // Command loadtest measures tollgate on Redis the way the Redis-store issue
 // asks: tollgate pinned to one core, redis-server and the load generator to
 // the other; three runs of each scenario, medians reported, with the CPU
-// time per decision of tollgate and of Redis read from /proc.
+// time per decision of tollgate and of Redis read from /proc. tollgate runs
+// with a store timeout of one second, so that Redis makes every decision;
+// a scenario answered by a failure mode (degraded) fails the run.
 //
-// Run it with `make bench` (or `go run ./integration/loadtest`); it builds
-// nothing itself and expects bin/tollgate.
+// A second section, flood, floods tollgate with unique keys and samples its
+// resident memory, to check that the memory of the memory store and of the
+// local fallback of an unreachable Redis follows their key caps, not the
+// flood.
+//
+// Run it with `make bench` (or `go run ./integration/loadtest`, `-only
+// flood` for one section); it builds nothing itself and expects
+// bin/tollgate.
 package main
 
 import (
@@ -33,18 +41,68 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 1000, algorithm: token_bucket}
 `
 
+// floodRules is the configuration of the flood: a token bucket on api_key
+// that one hit keeps for six minutes, so that every key the flood sends
+// stays in the store unless the key cap evicts it. (At 1000 a second, a
+// counter is full again, and dropped, a millisecond after its hit.)
+const floodRules = `domain: bench
+descriptors:
+  - key: api_key
+    rate_limit: {unit: hour, requests_per_unit: 10, algorithm: token_bucket}
+`
+
 // clockTick is the unit of utime and stime in /proc/PID/stat (USER_HZ).
 const clockTick = 10 * time.Millisecond
 
+// The sections of the load test, in the order they run.
+const (
+	sectionRedis = "redis"
+	sectionFlood = "flood"
+)
+
+// config is what the flags choose.
+type config struct {
+	bin           string
+	duration      time.Duration // each Redis scenario run
+	runs          int
+	floodDuration time.Duration
+	sections      map[string]bool
+}
+
 func main() {
-	bin := flag.String("bin", "bin/tollgate", "the tollgate binary")
-	duration := flag.Duration("duration", 10*time.Second, "length of each measured run")
-	runs := flag.Int("runs", 3, "runs per scenario; the median is reported")
+	var cfg config
+	flag.StringVar(&cfg.bin, "bin", "bin/tollgate", "the tollgate binary")
+	flag.DurationVar(&cfg.duration, "duration", 10*time.Second, "length of each measured run of a Redis scenario")
+	flag.IntVar(&cfg.runs, "runs", 3, "runs per Redis scenario; the median is reported")
+	flag.DurationVar(&cfg.floodDuration, "flood-duration", 15*time.Second, "length of each unique-key flood")
+	only := flag.String("only", "", "comma-separated sections to run: redis, flood (default: all)")
 	flag.Parse()
-	if err := run(*bin, *duration, *runs); err != nil {
+	sections, err := parseSections(*only)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "loadtest:", err)
+		os.Exit(2)
+	}
+	cfg.sections = sections
+	if err := run(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "loadtest:", err)
 		os.Exit(1)
 	}
+}
+
+// parseSections reads the -only flag; empty selects every section.
+func parseSections(only string) (map[string]bool, error) {
+	sections := map[string]bool{}
+	if only == "" {
+		only = sectionRedis + "," + sectionFlood
+	}
+	for name := range strings.SplitSeq(only, ",") {
+		name = strings.TrimSpace(name)
+		if name != sectionRedis && name != sectionFlood {
+			return nil, fmt.Errorf("-only: unknown section %q (want %s or %s)", name, sectionRedis, sectionFlood)
+		}
+		sections[name] = true
+	}
+	return sections, nil
 }
 
 // scenario is one load shape.
@@ -60,6 +118,7 @@ type measurement struct {
 	OK             int64   `json:"ok"`
 	OverLimit      int64   `json:"over_limit"`
 	Errors         int64   `json:"errors"`
+	Degraded       int64   `json:"degraded"`
 	P50us          float64 `json:"p50_us"`
 	P99us          float64 `json:"p99_us"`
 	P999us         float64 `json:"p999_us"`
@@ -68,7 +127,9 @@ type measurement struct {
 	HandlingP99us  float64 `json:"service_handling_p99_us"`
 }
 
-func run(bin string, duration time.Duration, runs int) error {
+// run runs the chosen sections and prints one JSON report: each Redis
+// scenario under its name, and the flood section under "flood".
+func run(cfg config) error {
 	dir, err := os.MkdirTemp("", "tollgate-loadtest")
 	if err != nil {
 		return err
@@ -77,9 +138,35 @@ func run(bin string, duration time.Duration, runs int) error {
 	if err := os.WriteFile(filepath.Join(dir, "bench.yaml"), []byte(rules), 0o600); err != nil {
 		return err
 	}
+	report := map[string]any{}
+	if cfg.sections[sectionRedis] {
+		scenarios, err := runRedis(cfg, dir)
+		if err != nil {
+			return err
+		}
+		for name, m := range scenarios {
+			report[name] = m
+		}
+	}
+	if cfg.sections[sectionFlood] {
+		flood, err := runFlood(cfg, dir)
+		if err != nil {
+			return err
+		}
+		report[sectionFlood] = flood
+	}
+	out, _ := json.MarshalIndent(report, "", "  ")
+	fmt.Println(string(out))
+	return nil
+}
+
+// runRedis measures the Redis scenarios and returns the median of each. It
+// fails if any answer was degraded: with a one-second store timeout, Redis
+// must have made every decision.
+func runRedis(cfg config, dir string) (map[string]measurement, error) {
 	ports, err := freePorts(3)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	redisAddr := fmt.Sprintf("127.0.0.1:%d", ports[0])
 	grpcAddr := fmt.Sprintf("127.0.0.1:%d", ports[1])
@@ -88,22 +175,22 @@ func run(bin string, duration time.Duration, runs int) error {
 	redis, err := start(dir, "redis.log", "taskset", "-c", "0", "redis-server", "--bind", "127.0.0.1",
 		"--port", strconv.Itoa(ports[0]), "--save", "", "--appendonly", "no")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer stop(redis)
-	svc, err := start(dir, "tollgate.log", "taskset", "-c", "1", bin, "serve", "--config-dir", dir,
-		"--store", "redis", "--redis-addrs", redisAddr, "--grpc-addr", grpcAddr, "--http-addr", httpAddr,
-		"--debug-addr", "", "--log-level", "warn")
+	svc, err := start(dir, "tollgate.log", "taskset", "-c", "1", cfg.bin, "serve", "--config-dir", dir,
+		"--store", "redis", "--redis-addrs", redisAddr, "--store-timeout", "1s",
+		"--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--debug-addr", "", "--log-level", "warn")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer stop(svc)
 	if err := waitReady("http://" + httpAddr + "/readyz"); err != nil {
-		return fmt.Errorf("%w; tollgate log:\n%s", err, tail(filepath.Join(dir, "tollgate.log")))
+		return nil, fmt.Errorf("%w; tollgate log:\n%s", err, tail(filepath.Join(dir, "tollgate.log")))
 	}
 
 	base := []string{"--addr", grpcAddr, "--domain", "bench", "--keys", "10000",
-		"--duration", duration.String(), "--warmup", "2s"}
+		"--duration", cfg.duration.String(), "--warmup", "2s"}
 	scenarios := []scenario{
 		{"closed loop c=64, token bucket, 10 000 keys", append(slices.Clone(base), "--descriptor", "api_key=k{key}", "-c", "64", "--conns", "4")},
 		{"open loop 5000/s, token bucket", append(slices.Clone(base), "--descriptor", "api_key=k{key}", "--rate", "5000", "-c", "64", "--conns", "4")},
@@ -112,20 +199,22 @@ func run(bin string, duration time.Duration, runs int) error {
 	report := map[string]measurement{}
 	for _, sc := range scenarios {
 		var ms []measurement
-		for i := range runs {
-			m, err := measure(bin, sc, svc.Process.Pid, redis.Process.Pid, "http://"+httpAddr+"/metrics")
+		for i := range cfg.runs {
+			m, err := measure(cfg.bin, sc, svc.Process.Pid, redis.Process.Pid, "http://"+httpAddr+"/metrics")
 			if err != nil {
-				return fmt.Errorf("%s, run %d: %w", sc.name, i+1, err)
+				return nil, fmt.Errorf("%s, run %d: %w", sc.name, i+1, err)
 			}
-			fmt.Fprintf(os.Stderr, "%s, run %d: %.0f decisions/s, p99 %.0f µs, service %.1f µs/decision, redis %.1f µs/decision, handling p99 ≤ %.0f µs\n",
-				sc.name, i+1, m.RPS, m.P99us, m.ServiceUSPerOp, m.RedisUSPerOp, m.HandlingP99us)
+			fmt.Fprintf(os.Stderr, "%s, run %d: %.0f decisions/s, p99 %.0f µs, service %.1f µs/decision, redis %.1f µs/decision, handling p99 ≤ %.0f µs, %d degraded\n",
+				sc.name, i+1, m.RPS, m.P99us, m.ServiceUSPerOp, m.RedisUSPerOp, m.HandlingP99us, m.Degraded)
+			if m.Degraded > 0 {
+				return nil, fmt.Errorf("%s, run %d: %d of %d answers degraded: a failure mode decided, not Redis; tollgate log:\n%s",
+					sc.name, i+1, m.Degraded, m.Requests, tail(filepath.Join(dir, "tollgate.log")))
+			}
 			ms = append(ms, m)
 		}
 		report[sc.name] = median(ms)
 	}
-	out, _ := json.MarshalIndent(report, "", "  ")
-	fmt.Println(string(out))
-	return nil
+	return report, nil
 }
 
 // measure runs the load generator once, pinned to core 0 beside Redis.
@@ -153,6 +242,7 @@ func measure(bin string, sc scenario, svcPid, redisPid int, metricsURL string) (
 		OK             int64   `json:"ok"`
 		OverLimit      int64   `json:"over_limit"`
 		Errors         int64   `json:"errors"`
+		Degraded       int64   `json:"degraded"`
 		Latency        struct {
 			P50  float64 `json:"p50"`
 			P99  float64 `json:"p99"`
@@ -165,12 +255,202 @@ func measure(bin string, sc scenario, svcPid, redisPid int, metricsURL string) (
 	// The warm-up's requests were served too, so they share the CPU time.
 	served := float64(res.Requests + res.WarmupRequests)
 	return measurement{
-		Requests: res.Requests, RPS: res.RPS, OK: res.OK, OverLimit: res.OverLimit, Errors: res.Errors,
+		Requests: res.Requests, RPS: res.RPS, OK: res.OK, OverLimit: res.OverLimit, Errors: res.Errors, Degraded: res.Degraded,
 		P50us: res.Latency.P50, P99us: res.Latency.P99, P999us: res.Latency.P999,
 		ServiceUSPerOp: float64(svcCPU.Microseconds()) / served,
 		RedisUSPerOp:   float64(redisCPU.Microseconds()) / served,
 		HandlingP99us:  quantileBound(before, after, 0.99) * 1e6,
 	}, nil
+}
+
+// floodKeys is the key space of the flood: large enough that nearly every
+// request carries a key tollgate has not seen.
+const floodKeys = 50_000_000
+
+// floodCase is one tollgate configuration flooded with unique keys.
+type floodCase struct {
+	name    string
+	maxKeys int
+	// degraded is whether a failure mode answers, not the store.
+	degraded bool
+	// serve returns the store flags of `tollgate serve`; deadRedis is an
+	// address where nothing listens.
+	serve func(deadRedis string) []string
+}
+
+// floodReport is the flood section of the report.
+type floodReport struct {
+	Load string        `json:"load"`
+	Runs []floodResult `json:"runs"`
+}
+
+// floodResult is tollgate's resident memory during one flood. Sizes are in
+// MiB.
+type floodResult struct {
+	Config    string    `json:"config"`
+	MaxKeys   int       `json:"max_keys"`
+	Requests  int64     `json:"requests"`
+	RPS       float64   `json:"rps"`
+	OK        int64     `json:"ok"`
+	OverLimit int64     `json:"over_limit"`
+	Errors    int64     `json:"errors"`
+	Degraded  int64     `json:"degraded"`
+	RSSBefore float64   `json:"rss_before_mib"`
+	RSSPeak   float64   `json:"rss_peak_mib"`
+	RSSEnd    float64   `json:"rss_end_mib"`
+	Samples   []float64 `json:"rss_samples_mib"`
+}
+
+// runFlood floods each configuration in turn with unique keys. It writes
+// the flood's rules and the logs under dir.
+func runFlood(cfg config, dir string) (*floodReport, error) {
+	configDir := filepath.Join(dir, "flood")
+	if err := os.Mkdir(configDir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(configDir, "bench.yaml"), []byte(floodRules), 0o600); err != nil {
+		return nil, err
+	}
+	cases := []floodCase{
+		{"memory store", 100_000, false, func(string) []string {
+			return []string{"--store", "memory", "--memory-max-keys", "100000"}
+		}},
+		{"memory store", 1_000_000, false, func(string) []string {
+			return []string{"--store", "memory", "--memory-max-keys", "1000000"}
+		}},
+		{"redis unreachable, failure mode local", 100_000, true, func(deadRedis string) []string {
+			return []string{"--store", "redis", "--redis-addrs", deadRedis,
+				"--failure-mode", "local", "--local-fallback-max-keys", "100000"}
+		}},
+	}
+	load := []string{"--descriptor", "api_key=k{key}", "--keys", strconv.Itoa(floodKeys), "--dist", "uniform",
+		"-c", "32", "--conns", "2", "--duration", cfg.floodDuration.String()}
+	report := &floodReport{Load: "tollgate bench --domain bench " + strings.Join(load, " ")}
+	for i, fc := range cases {
+		r, err := flood(cfg.bin, configDir, dir, fmt.Sprintf("tollgate-flood-%d.log", i), fc, load)
+		if err != nil {
+			return nil, fmt.Errorf("flood, %s, %d keys: %w", fc.name, fc.maxKeys, err)
+		}
+		// Every answer is degraded, or none: otherwise the run did not
+		// measure the store it names.
+		want := int64(0)
+		if fc.degraded {
+			want = r.OK + r.OverLimit
+		}
+		if r.Degraded != want {
+			return nil, fmt.Errorf("flood, %s, %d keys: %d answers degraded, want %d", fc.name, fc.maxKeys, r.Degraded, want)
+		}
+		fmt.Fprintf(os.Stderr, "flood, %s, %d keys: %d requests (%.0f/s, %d degraded, %d errors), RSS before %.1f MiB, peak %.1f MiB, end %.1f MiB\n",
+			fc.name, fc.maxKeys, r.Requests, r.RPS, r.Degraded, r.Errors, r.RSSBefore, r.RSSPeak, r.RSSEnd)
+		report.Runs = append(report.Runs, r)
+	}
+	return report, nil
+}
+
+// flood starts tollgate on configDir as fc describes, pinned to core 1 and
+// logging to logName in logDir, floods it from core 0 and samples its VmRSS
+// once a second.
+func flood(bin, configDir, logDir, logName string, fc floodCase, load []string) (floodResult, error) {
+	ports, err := freePorts(3)
+	if err != nil {
+		return floodResult{}, err
+	}
+	grpcAddr := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", ports[1])
+	deadRedis := fmt.Sprintf("127.0.0.1:%d", ports[2]) // closed again by freePorts
+	args := append([]string{"-c", "1", bin, "serve", "--config-dir", configDir,
+		"--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--debug-addr", "", "--log-level", "error"},
+		fc.serve(deadRedis)...)
+	svc, err := start(logDir, logName, "taskset", args...)
+	if err != nil {
+		return floodResult{}, err
+	}
+	defer stop(svc)
+	if err := waitReady("http://" + httpAddr + "/readyz"); err != nil {
+		return floodResult{}, fmt.Errorf("%w; tollgate log:\n%s", err, tail(filepath.Join(logDir, logName)))
+	}
+	pid := svc.Process.Pid
+	before, err := vmRSS(pid)
+	if err != nil {
+		return floodResult{}, err
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	samples := make(chan []float64, 1)
+	go func() { samples <- sampleRSS(ctx, pid) }()
+	var stdout bytes.Buffer
+	cmd := exec.Command("taskset", append([]string{"-c", "0", bin, "bench", "--addr", grpcAddr, "--domain", "bench"}, load...)...)
+	cmd.Stdout, cmd.Stderr = &stdout, os.Stderr
+	runErr := cmd.Run()
+	cancel()
+	sampled := <-samples
+	if runErr != nil {
+		return floodResult{}, fmt.Errorf("tollgate bench: %w; tollgate log:\n%s", runErr, tail(filepath.Join(logDir, logName)))
+	}
+	end, err := vmRSS(pid)
+	if err != nil {
+		return floodResult{}, fmt.Errorf("%w; tollgate log:\n%s", err, tail(filepath.Join(logDir, logName)))
+	}
+	var res struct {
+		Requests  int64   `json:"requests"`
+		RPS       float64 `json:"rps"`
+		OK        int64   `json:"ok"`
+		OverLimit int64   `json:"over_limit"`
+		Errors    int64   `json:"errors"`
+		Degraded  int64   `json:"degraded"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+		return floodResult{}, fmt.Errorf("reading tollgate bench output: %w", err)
+	}
+	r := floodResult{
+		Config: fc.name, MaxKeys: fc.maxKeys,
+		Requests: res.Requests, RPS: math.Round(res.RPS), OK: res.OK, OverLimit: res.OverLimit,
+		Errors: res.Errors, Degraded: res.Degraded,
+		RSSBefore: mib(before), RSSEnd: mib(end), Samples: sampled,
+	}
+	r.RSSPeak = max(r.RSSEnd, slices.Max(append([]float64{r.RSSBefore}, sampled...)))
+	return r, nil
+}
+
+// sampleRSS reads the VmRSS of pid once a second until ctx ends, in MiB.
+func sampleRSS(ctx context.Context, pid int) []float64 {
+	var out []float64
+	tick := time.NewTicker(time.Second) // the sampling interval
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return out
+		case <-tick.C:
+			if kb, err := vmRSS(pid); err == nil {
+				out = append(out, mib(kb))
+			}
+		}
+	}
+}
+
+// vmRSS returns the resident set size of a process in KiB, from the VmRSS
+// line of /proc/PID/status.
+func vmRSS(pid int) (int64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, fmt.Errorf("reading the memory of process %d: %w", pid, err)
+	}
+	for line := range strings.Lines(string(data)) {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("process %d: VmRSS line %q: %w", pid, strings.TrimSpace(line), err)
+			}
+			return kb, nil
+		}
+	}
+	return 0, fmt.Errorf("process %d: no VmRSS in /proc/%d/status", pid, pid)
+}
+
+// mib converts KiB to MiB, rounded to a tenth.
+func mib(kb int64) float64 {
+	return math.Round(float64(kb)/1024*10) / 10
 }
 
 // histogram is a cumulative Prometheus histogram: upper bound → count.
@@ -254,6 +534,7 @@ func median(ms []measurement) measurement {
 		OK:             int64(pick(func(m measurement) float64 { return float64(m.OK) })),
 		OverLimit:      int64(pick(func(m measurement) float64 { return float64(m.OverLimit) })),
 		Errors:         int64(pick(func(m measurement) float64 { return float64(m.Errors) })),
+		Degraded:       int64(pick(func(m measurement) float64 { return float64(m.Degraded) })),
 		P50us:          pick(func(m measurement) float64 { return m.P50us }),
 		P99us:          pick(func(m measurement) float64 { return m.P99us }),
 		P999us:         pick(func(m measurement) float64 { return m.P999us }),

@@ -29,6 +29,18 @@ const (
 	entryKey           protowire.Number = 1
 	entryValue         protowire.Number = 2
 	responseOverall    protowire.Number = 1
+	responseHeaders    protowire.Number = 3
+	headerKey          protowire.Number = 1
+	headerValue        protowire.Number = 2
+	headerRawValue     protowire.Number = 3
+)
+
+// The response header by which tollgate marks an answer made by a failure
+// mode instead of its store (limiter.HeaderPolicy and
+// limiter.PolicyDegraded).
+const (
+	policyHeader   = "X-RateLimit-Policy"
+	policyDegraded = "degraded"
 )
 
 // templateString is a string split around its key placeholders.
@@ -167,16 +179,25 @@ func encodeTemplate(domain string, descs [][]entryTemplate, hits uint32, digits 
 	return t
 }
 
-// exchange is one call's request in wire form and the answer's overall code.
-// A worker reuses its exchange for every call, so passing it to gRPC as the
-// request and the reply allocates nothing.
-type exchange struct {
-	request []byte
+// answer is what the generator reads of a RateLimitResponse.
+type answer struct {
+	// overall is the overall_code.
 	overall uint64
+	// degraded reports a response header X-RateLimit-Policy: degraded.
+	degraded bool
 }
 
-// wireCodec sends pre-encoded requests and decodes only the overall_code of
-// answers. It is named "proto" so that the content type is the usual one.
+// exchange is one call's request in wire form and its answer. A worker
+// reuses its exchange for every call, so passing it to gRPC as the request
+// and the reply allocates nothing.
+type exchange struct {
+	request []byte
+	answer  answer
+}
+
+// wireCodec sends pre-encoded requests and decodes only the overall_code and
+// the degraded marker of answers. It is named "proto" so that the content
+// type is the usual one.
 type wireCodec struct{}
 
 var _ encoding.CodecV2 = wireCodec{}
@@ -193,7 +214,7 @@ func (wireCodec) Marshal(v any) (mem.BufferSlice, error) {
 	return mem.BufferSlice{mem.SliceBuffer(x.request)}, nil
 }
 
-// Unmarshal stores the overall_code of a RateLimitResponse in an *exchange.
+// Unmarshal stores the answer read from a RateLimitResponse in an *exchange.
 func (wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	x, ok := v.(*exchange)
 	if !ok {
@@ -205,33 +226,105 @@ func (wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	} else {
 		b = data.Materialize()
 	}
-	code, err := overallCode(b)
+	a, err := decodeAnswer(b)
 	if err != nil {
 		return fmt.Errorf("decoding RateLimitResponse: %w", err)
 	}
-	x.overall = code
+	x.answer = a
 	return nil
 }
 
-// overallCode returns field 1 of an encoded RateLimitResponse, skipping
-// every other field; 0 (UNKNOWN) if it is absent.
-func overallCode(b []byte) (uint64, error) {
-	var code uint64
+// decodeAnswer reads field 1 (overall_code; 0, UNKNOWN, if absent) and the
+// response_headers_to_add (field 3) of an encoded RateLimitResponse,
+// skipping every other field.
+func decodeAnswer(b []byte) (answer, error) {
+	var a answer
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return 0, protowire.ParseError(n)
+			return answer{}, protowire.ParseError(n)
 		}
 		b = b[n:]
-		if num == responseOverall && typ == protowire.VarintType {
-			code, n = protowire.ConsumeVarint(b)
+		switch {
+		case num == responseOverall && typ == protowire.VarintType:
+			a.overall, n = protowire.ConsumeVarint(b)
+		case num == responseHeaders && typ == protowire.BytesType:
+			var h []byte
+			h, n = protowire.ConsumeBytes(b)
+			if n >= 0 {
+				degraded, err := isDegradedHeader(h)
+				if err != nil {
+					return answer{}, err
+				}
+				a.degraded = a.degraded || degraded
+			}
+		default:
+			n = protowire.ConsumeFieldValue(num, typ, b)
+		}
+		if n < 0 {
+			return answer{}, protowire.ParseError(n)
+		}
+		b = b[n:]
+	}
+	return a, nil
+}
+
+// isDegradedHeader reports whether an encoded envoy.config.core.v3.HeaderValue
+// is X-RateLimit-Policy: degraded. The name is compared without regard to
+// case, as HTTP does; the value exactly, from raw_value when value is empty
+// as Envoy reads it.
+func isDegradedHeader(b []byte) (bool, error) {
+	var key, value, raw []byte
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return false, protowire.ParseError(n)
+		}
+		b = b[n:]
+		var field *[]byte
+		if typ == protowire.BytesType {
+			switch num {
+			case headerKey:
+				field = &key
+			case headerValue:
+				field = &value
+			case headerRawValue:
+				field = &raw
+			}
+		}
+		if field != nil {
+			*field, n = protowire.ConsumeBytes(b)
 		} else {
 			n = protowire.ConsumeFieldValue(num, typ, b)
 		}
 		if n < 0 {
-			return 0, protowire.ParseError(n)
+			return false, protowire.ParseError(n)
 		}
 		b = b[n:]
 	}
-	return code, nil
+	if len(value) == 0 {
+		value = raw
+	}
+	return string(value) == policyDegraded && equalFoldASCII(key, policyHeader), nil
+}
+
+// equalFoldASCII reports whether b equals s, ignoring the case of ASCII
+// letters, without converting b to a string.
+func equalFoldASCII(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i := range len(b) {
+		c, d := b[i], s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if 'A' <= d && d <= 'Z' {
+			d += 'a' - 'A'
+		}
+		if c != d {
+			return false
+		}
+	}
+	return true
 }

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/tollgatehq/tollgate/pkg/limiter"
 	"github.com/tollgatehq/tollgate/pkg/rlsclient"
 )
 
@@ -86,7 +87,7 @@ func TestParseTemplateErrors(t *testing.T) {
 	}
 }
 
-func TestOverallCode(t *testing.T) {
+func TestDecodeAnswer(t *testing.T) {
 	resp := &rlsv3.RateLimitResponse{
 		Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{
 			Code:               rlsv3.RateLimitResponse_OVER_LIMIT,
@@ -105,29 +106,69 @@ func TestOverallCode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	withHeaders := func(code rlsv3.RateLimitResponse_Code, headers ...*corev3.HeaderValue) []byte {
+		t.Helper()
+		b, err := proto.Marshal(&rlsv3.RateLimitResponse{
+			OverallCode:          code,
+			ResponseHeadersToAdd: headers,
+			RequestHeadersToAdd:  []*corev3.HeaderValue{{Key: policyHeader, Value: policyDegraded}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	ok, over := uint64(rlsv3.RateLimitResponse_OK), uint64(rlsv3.RateLimitResponse_OVER_LIMIT)
 	tests := []struct {
 		name    string
 		in      []byte
-		want    uint64
+		want    answer
 		wantErr bool
 	}{
-		{name: "full answer", in: full, want: uint64(rlsv3.RateLimitResponse_OVER_LIMIT)},
-		{name: "empty answer is UNKNOWN", in: nil, want: 0},
-		{name: "code after other fields", in: append(rest, 0x08, 0x02), want: uint64(rlsv3.RateLimitResponse_OVER_LIMIT)},
-		{name: "no code", in: rest, want: 0},
+		{name: "full answer", in: full, want: answer{overall: over}},
+		{name: "empty answer is UNKNOWN", in: nil, want: answer{}},
+		{name: "code after other fields", in: append(rest, 0x08, 0x02), want: answer{overall: over}},
+		{name: "no code", in: rest, want: answer{}},
+		{name: "degraded OK", want: answer{overall: ok, degraded: true},
+			in: withHeaders(rlsv3.RateLimitResponse_OK, &corev3.HeaderValue{Key: "X-RateLimit-Policy", Value: "degraded"})},
+		{name: "degraded OVER_LIMIT among other headers, name in lower case", want: answer{overall: over, degraded: true},
+			in: withHeaders(rlsv3.RateLimitResponse_OVER_LIMIT,
+				&corev3.HeaderValue{Key: "x-ratelimit-policy", Value: "denylist"},
+				&corev3.HeaderValue{Key: "x-ratelimit-policy", Value: "degraded"},
+				&corev3.HeaderValue{Key: "Retry-After", Value: "1"})},
+		{name: "degraded in raw_value", want: answer{overall: ok, degraded: true},
+			in: withHeaders(rlsv3.RateLimitResponse_OK, &corev3.HeaderValue{Key: "X-RateLimit-Policy", RawValue: []byte("degraded")})},
+		{name: "other policy", want: answer{overall: ok},
+			in: withHeaders(rlsv3.RateLimitResponse_OK, &corev3.HeaderValue{Key: "X-RateLimit-Policy", Value: "allowlist"})},
+		{name: "degraded under another name", want: answer{overall: ok},
+			in: withHeaders(rlsv3.RateLimitResponse_OK, &corev3.HeaderValue{Key: "X-RateLimit-Policyx", Value: "degraded"})},
+		{name: "value is case-sensitive", want: answer{overall: ok},
+			in: withHeaders(rlsv3.RateLimitResponse_OK, &corev3.HeaderValue{Key: "X-RateLimit-Policy", Value: "Degraded"})},
+		{name: "degraded only in request_headers_to_add", want: answer{overall: ok},
+			in: withHeaders(rlsv3.RateLimitResponse_OK)},
 		{name: "truncated", in: full[:len(full)-1], wantErr: true},
 		{name: "bad tag", in: []byte{0x80}, wantErr: true},
+		{name: "bad header", in: []byte{0x1a, 0x01, 0x80}, wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := overallCode(tt.in)
+			got, err := decodeAnswer(tt.in)
 			if (err != nil) != tt.wantErr {
-				t.Fatalf("overallCode error = %v, want error %v", err, tt.wantErr)
+				t.Fatalf("decodeAnswer error = %v, want error %v", err, tt.wantErr)
 			}
 			if !tt.wantErr && got != tt.want {
-				t.Errorf("overallCode = %d, want %d", got, tt.want)
+				t.Errorf("decodeAnswer = %+v, want %+v", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestPolicyConstants keeps the generator's copy of the degraded marker in
+// step with the limiter's.
+func TestPolicyConstants(t *testing.T) {
+	if policyHeader != limiter.HeaderPolicy || policyDegraded != limiter.PolicyDegraded {
+		t.Errorf("loadgen looks for %s: %s, the limiter sends %s: %s",
+			policyHeader, policyDegraded, limiter.HeaderPolicy, limiter.PolicyDegraded)
 	}
 }
 
@@ -141,8 +182,8 @@ func TestCodecUnmarshalSplitBuffers(t *testing.T) {
 	if err := (wireCodec{}).Unmarshal(data, &x); err != nil {
 		t.Fatal(err)
 	}
-	if x.overall != uint64(rlsv3.RateLimitResponse_OK) {
-		t.Errorf("overall = %d, want OK", x.overall)
+	if x.answer != (answer{overall: uint64(rlsv3.RateLimitResponse_OK)}) {
+		t.Errorf("answer = %+v, want OK", x.answer)
 	}
 	if _, err := (wireCodec{}).Marshal(&rlsv3.RateLimitRequest{}); err == nil {
 		t.Error("Marshal of a proto message: want an error")
@@ -150,7 +191,8 @@ func TestCodecUnmarshalSplitBuffers(t *testing.T) {
 }
 
 // BenchmarkGeneratorPath measures the generator's own work per request,
-// without gRPC: key choice, encoding, decoding the answer and recording.
+// without gRPC: key choice, encoding, decoding the answer (a degraded one,
+// with headers to read) and recording.
 func BenchmarkGeneratorPath(b *testing.B) {
 	o := Options{
 		Domain:      "api",
@@ -164,6 +206,10 @@ func BenchmarkGeneratorPath(b *testing.B) {
 	answer, err := proto.Marshal(&rlsv3.RateLimitResponse{
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    []*rlsv3.RateLimitResponse_DescriptorStatus{{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: 7}, {Code: rlsv3.RateLimitResponse_OK}},
+		ResponseHeadersToAdd: []*corev3.HeaderValue{
+			{Key: "X-RateLimit-Limit", Value: "100"}, {Key: "X-RateLimit-Remaining", Value: "7"},
+			{Key: "X-RateLimit-Policy", Value: "degraded"},
+		},
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -181,6 +227,9 @@ func BenchmarkGeneratorPath(b *testing.B) {
 		if err := codec.Unmarshal(data, &w.x); err != nil {
 			b.Fatal(err)
 		}
-		w.record(shard, 1234, w.lastDone, w.x.overall, nil)
+		w.record(shard, 1234, w.lastDone, w.x.answer, nil)
+	}
+	if w.degraded != int64(b.N) {
+		b.Fatalf("%d of %d answers counted as degraded", w.degraded, b.N)
 	}
 }

@@ -34,6 +34,11 @@ type Result struct {
 	// OverallUnknown counts answers with overall_code UNKNOWN (0), which a
 	// service should never send; they are also counted in OK.
 	OverallUnknown int64 `json:"overall_unknown"`
+	// Degraded counts answers with the response header
+	// X-RateLimit-Policy: degraded, which tollgate adds when a failure mode
+	// decided instead of its store; they are also counted in OK or
+	// OverLimit.
+	Degraded int64 `json:"degraded"`
 	// WarmupRequests counts the requests sent during the warm-up.
 	WarmupRequests int64 `json:"warmup_requests"`
 	// Late counts open-loop requests that waited more than 1 ms past their
@@ -86,14 +91,19 @@ type histogramShard struct {
 // after the worker has stopped.
 type tally struct {
 	ok, overLimit, unknown, errors int64
+	degraded                       int64
 	errorsByCode                   map[codes.Code]int64
 	warmup, late, unsent           int64
 	sumUS, maxUS                   int64
 	lastDone                       time.Time
 }
 
-// record counts one recorded call that ended at done after latency.
-func (t *tally) record(shard *histogramShard, latency time.Duration, done time.Time, overall uint64, err error) {
+// record counts one recorded call that ended at done after latency with
+// answer a, or failed with err.
+func (t *tally) record(shard *histogramShard, latency time.Duration, done time.Time, a answer, err error) {
+	if err == nil && a.degraded {
+		t.degraded++
+	}
 	switch {
 	case err != nil:
 		t.errors++
@@ -101,9 +111,9 @@ func (t *tally) record(shard *histogramShard, latency time.Duration, done time.T
 			t.errorsByCode = make(map[codes.Code]int64)
 		}
 		t.errorsByCode[status.Code(err)]++
-	case overall == uint64(rlsv3.RateLimitResponse_OVER_LIMIT):
+	case a.overall == uint64(rlsv3.RateLimitResponse_OVER_LIMIT):
 		t.overLimit++
-	case overall == uint64(rlsv3.RateLimitResponse_UNKNOWN):
+	case a.overall == uint64(rlsv3.RateLimitResponse_UNKNOWN):
 		t.unknown++
 		t.ok++
 	default:
@@ -126,6 +136,7 @@ func (t *tally) add(u *tally) {
 	t.overLimit += u.overLimit
 	t.unknown += u.unknown
 	t.errors += u.errors
+	t.degraded += u.degraded
 	for c, n := range u.errorsByCode {
 		if t.errorsByCode == nil {
 			t.errorsByCode = make(map[codes.Code]int64)
@@ -153,6 +164,7 @@ func (t *tally) result(opts Options, h *hdrhistogram.Histogram, measureStart tim
 		Errors:         t.errors,
 		ErrorsByCode:   make(map[string]int64, len(t.errorsByCode)),
 		OverallUnknown: t.unknown,
+		Degraded:       t.degraded,
 		WarmupRequests: t.warmup,
 		Late:           t.late,
 		Unsent:         t.unsent,

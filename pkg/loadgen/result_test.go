@@ -13,7 +13,7 @@ import (
 func TestResultJSON(t *testing.T) {
 	res := &Result{
 		Mode: "open", Requests: 1000, DurationSeconds: 0.5, RPS: 2000, OK: 900, OverLimit: 90, Errors: 10,
-		ErrorsByCode: map[string]int64{"DeadlineExceeded": 10}, OverallUnknown: 1, WarmupRequests: 200,
+		ErrorsByCode: map[string]int64{"DeadlineExceeded": 10}, OverallUnknown: 1, Degraded: 25, WarmupRequests: 200,
 		Late: 3, Unsent: 0,
 		Latency:          Latency{P50: 120, P90: 250, P99: 900, P999: 1500, Max: 2100, Mean: 160.5},
 		ClientCPUSeconds: 0.02, ClientCPUPerRequestUS: 16.7,
@@ -39,6 +39,7 @@ func TestResultJSON(t *testing.T) {
     "DeadlineExceeded": 10
   },
   "overall_unknown": 1,
+  "degraded": 25,
   "warmup_requests": 200,
   "late": 3,
   "unsent": 0,
@@ -82,11 +83,12 @@ func TestTallyResult(t *testing.T) {
 	shard := &histogramShard{h: newHistogram()}
 	var a, b tally
 	for i := range 100 {
-		a.record(shard, time.Duration(i+1)*time.Millisecond, start.Add(time.Second), 1, nil)
+		a.record(shard, time.Duration(i+1)*time.Millisecond, start.Add(time.Second), answer{overall: 1, degraded: i < 3}, nil)
 	}
-	b.record(shard, 5*time.Millisecond, start.Add(2*time.Second), 2, nil)
-	b.record(shard, 7*time.Millisecond, start.Add(time.Second), 0, nil)
-	b.record(shard, 2*time.Hour, start.Add(time.Second), 0, status.Error(codes.Unavailable, "down"))
+	b.record(shard, 5*time.Millisecond, start.Add(2*time.Second), answer{overall: 2, degraded: true}, nil)
+	b.record(shard, 7*time.Millisecond, start.Add(time.Second), answer{}, nil)
+	// A failed call is not degraded, whatever its exchange held before.
+	b.record(shard, 2*time.Hour, start.Add(time.Second), answer{degraded: true}, status.Error(codes.Unavailable, "down"))
 	b.warmup = 4
 
 	total := &tally{}
@@ -99,6 +101,9 @@ func TestTallyResult(t *testing.T) {
 	if res.Requests != 103 || res.OK != 101 || res.OverLimit != 1 || res.Errors != 1 || res.OverallUnknown != 1 {
 		t.Errorf("requests %d ok %d over %d errors %d unknown %d, want 103 101 1 1 1",
 			res.Requests, res.OK, res.OverLimit, res.Errors, res.OverallUnknown)
+	}
+	if res.Degraded != 4 {
+		t.Errorf("degraded %d, want 4", res.Degraded)
 	}
 	if res.ErrorsByCode["Unavailable"] != 1 || res.Mode != "closed" {
 		t.Errorf("errors_by_code %v, mode %s", res.ErrorsByCode, res.Mode)

@@ -263,7 +263,7 @@ func (r *runner) call(ctx context.Context, w *worker, from time.Time, recorded b
 	case err != nil && ctx.Err() != nil:
 		// The caller ended the run; the service is not at fault.
 	default:
-		w.record(w.shard, done.Sub(from), done, w.x.overall, err)
+		w.record(w.shard, done.Sub(from), done, w.x.answer, err)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"strconv"
 	"strings"
@@ -12,12 +13,15 @@ import (
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/tollgatehq/tollgate/pkg/limiter"
 )
 
 // fakeRLS is a RateLimitService that decides by the value of the first
@@ -28,11 +32,13 @@ type fakeRLS struct {
 	overLimit map[string]bool       // answer OVER_LIMIT
 	fail      map[string]codes.Code // answer with this error
 	hang      map[string]bool       // answer only when the call's deadline ends
+	degraded  map[string]bool       // add X-RateLimit-Policy: degraded to the answer
 	onCall    func(calls int)       // called after each call is counted
 
 	mu        sync.Mutex
 	calls     int
 	ok, over  int
+	degr      int // answers marked degraded
 	errs      map[codes.Code]int
 	byKey     map[string]int
 	requests  []*rlsv3.RateLimitRequest
@@ -68,6 +74,9 @@ func (f *fakeRLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	default:
 		f.ok++
 	}
+	if f.degraded[key] && !f.hang[key] && !fail {
+		f.degr++
+	}
 	f.mu.Unlock()
 	if f.onCall != nil {
 		f.onCall(calls)
@@ -85,6 +94,14 @@ func (f *fakeRLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		overall = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	resp := &rlsv3.RateLimitResponse{OverallCode: overall}
+	if f.degraded[key] {
+		resp.ResponseHeadersToAdd = []*corev3.HeaderValue{
+			{Key: "X-RateLimit-Remaining", Value: "3"},
+			{Key: limiter.HeaderPolicy, Value: limiter.PolicyDegraded},
+		}
+	} else {
+		resp.ResponseHeadersToAdd = []*corev3.HeaderValue{{Key: limiter.HeaderPolicy, Value: limiter.PolicyAllowlist}}
+	}
 	for range req.GetDescriptors() {
 		resp.Statuses = append(resp.Statuses, &rlsv3.RateLimitResponse_DescriptorStatus{
 			Code:               overall,
@@ -356,6 +373,38 @@ func TestRunErrorsByCode(t *testing.T) {
 	}
 }
 
+func TestRunCountsDegraded(t *testing.T) {
+	f := &fakeRLS{
+		overLimit: map[string]bool{"k1": true, "k2": true},
+		degraded:  map[string]bool{"k0": true, "k1": true},
+		fail:      map[string]codes.Code{"k4": codes.Unavailable},
+	}
+	f.degraded["k4"] = true // a failed call is an error, not a degraded answer
+	addr := serve(t, f)
+	res, err := Run(testContext(t), Options{
+		Addr: addr, Domain: "api", Descriptors: []string{"k=k{key}"}, Keys: 5,
+		Requests: 200, Concurrency: 4, Seed: 3,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	ok, over, degraded := f.ok, f.over, f.degr
+	byKey := maps.Clone(f.byKey)
+	f.mu.Unlock()
+	if byKey["k0"] == 0 || byKey["k1"] == 0 || byKey["k4"] == 0 {
+		t.Fatalf("keys drawn %v: want k0, k1 and k4; pick another seed", byKey)
+	}
+	if want := int64(byKey["k0"] + byKey["k1"]); res.Degraded != want || int64(degraded) != want {
+		t.Errorf("degraded = %d, server marked %d, want %d (k0 and k1)", res.Degraded, degraded, want)
+	}
+	// Degraded answers still count as what they answered.
+	if res.OK != int64(ok) || res.OverLimit != int64(over) || res.Errors != int64(byKey["k4"]) {
+		t.Errorf("ok, over_limit, errors = %d, %d, %d; server answered %d, %d and %d errors",
+			res.OK, res.OverLimit, res.Errors, ok, over, byKey["k4"])
+	}
+}
+
 func TestRunConnectionRefused(t *testing.T) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -415,7 +464,7 @@ func TestRunResultJSONHasEveryField(t *testing.T) {
 	}
 	for _, key := range []string{
 		"mode", "requests", "duration_seconds", "rps", "ok", "over_limit", "errors", "errors_by_code",
-		"overall_unknown", "warmup_requests", "late", "unsent", "latency_us",
+		"overall_unknown", "degraded", "warmup_requests", "late", "unsent", "latency_us",
 		"client_cpu_seconds", "client_cpu_us_per_request", "options",
 	} {
 		if _, ok := got[key]; !ok {
