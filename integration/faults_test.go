@@ -104,13 +104,7 @@ func testFault(t *testing.T, redisType string, addrs []string, fault, mend func(
 		s.StoreTimeout, s.BreakerOpenTime = storeTimeout, breakerOpenTime
 		s.LocalFallbackShare = 3
 	})
-	health := healthpb.NewHealthClient(svc.client.Conn())
-	storeHealthy := func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		r, err := health.Check(ctx, &healthpb.HealthCheckRequest{Service: rls.StoreServiceName})
-		return err == nil && r.Status == healthpb.HealthCheckResponse_SERVING
-	}
+	storeHealthy := func() bool { return svc.health(t, rls.StoreServiceName) == healthpb.HealthCheckResponse_SERVING }
 
 	// Baselines, with the connections warm.
 	exactCheck(t, svc, "before")
@@ -165,9 +159,9 @@ func testFault(t *testing.T, redisType string, addrs []string, fault, mend func(
 		}
 	}
 	slices.Sort(during)
-	t.Logf("%d calls; breaker opened %v after the fault; outage p99 %v, max %v over %d calls; mended in %v, enforcing again %v after that",
+	t.Logf("%d calls; breaker opened %v after the fault; outage p99 %v, max %v over %d calls; Redis back after %v, enforcing again %v later",
 		len(outcomes), openedAfter.Round(time.Millisecond), percentile(during, 0.99), percentile(during, 1), len(during),
-		mended.Round(time.Millisecond), resumedAfter.Round(time.Millisecond))
+		mended.Round(time.Millisecond), (resumedAfter - mended).Round(time.Millisecond))
 
 	// No pile-up: goroutines and heap return to where they were.
 	eventually(t, settle, fmt.Sprintf("goroutines back to %d", goroutines), func() bool {
@@ -176,6 +170,18 @@ func testFault(t *testing.T, redisType string, addrs []string, fault, mend func(
 	if got := heapInUse(); got > heap+32<<20 {
 		t.Errorf("heap in use %d MB after the fault, %d MB before", got>>20, heap>>20)
 	}
+}
+
+// health returns the gRPC health status of service.
+func (s *service) health(t *testing.T, service string) healthpb.HealthCheckResponse_ServingStatus {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	r, err := healthpb.NewHealthClient(s.client.Conn()).Check(ctx, &healthpb.HealthCheckRequest{Service: service})
+	if err != nil {
+		t.Fatalf("health of %q: %v", service, err)
+	}
+	return r.Status
 }
 
 // exactCheck makes more calls than the exact limit on a fresh key and
@@ -319,12 +325,24 @@ func heapInUse() uint64 {
 }
 
 func TestStartsWithoutRedis(t *testing.T) {
+	for _, notServing := range []bool{false, true} {
+		t.Run(fmt.Sprintf("breaker-not-serving=%v", notServing), func(t *testing.T) {
+			testStartsWithoutRedis(t, notServing)
+		})
+	}
+}
+
+// testStartsWithoutRedis starts tollgate with its Redis down, checks the
+// failure-mode answers and the health reports while the breaker is open,
+// then starts Redis and checks that exact enforcement and health return.
+func testStartsWithoutRedis(t *testing.T, notServing bool) {
 	srv := redistest.StartStandalone(t)
 	srv.Kill()
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "faults.yaml"), faultRules)
 	svc := startServiceIn(t, dir, func(s *app.Settings) {
 		s.Store, s.RedisAddrs, s.BreakerOpenTime = "redis", []string{srv.Addr}, breakerOpenTime
+		s.BreakerNotServing = notServing
 	})
 	for _, mode := range faultModes {
 		resp := svc.query(t, "faults", entries("tenant", faultTenant, "mode", mode))
@@ -336,11 +354,26 @@ func TestStartsWithoutRedis(t *testing.T) {
 			t.Errorf("mode %s without redis: %v (degraded %v), want %v, degraded", mode, resp.OverallCode, isDegraded(resp), want)
 		}
 	}
-	// Enough failures open the breaker, which /readyz reports.
+
+	// Enough failures open the breaker, which the health reports.
+	readyz := "OK, degraded: store unavailable, circuit breaker open"
+	server := healthpb.HealthCheckResponse_SERVING
+	if notServing {
+		readyz = "not ready: store unavailable, circuit breaker open"
+		server = healthpb.HealthCheckResponse_NOT_SERVING
+	}
 	eventually(t, settle, "/readyz to report the open breaker", func() bool {
 		svc.query(t, "faults", entries("tenant", faultTenant, "mode", "open"))
-		return strings.HasPrefix(svc.get(t, svc.httpAddr, "/readyz"), "OK, degraded: store unavailable, circuit breaker open")
+		return strings.HasPrefix(svc.get(t, svc.httpAddr, "/readyz"), readyz)
 	})
+	if got := svc.health(t, rls.StoreServiceName); got != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("health of %s with the breaker open: %v", rls.StoreServiceName, got)
+	}
+	for _, service := range []string{"", rls.ServiceName} {
+		if got := svc.health(t, service); got != server {
+			t.Errorf("health of %q with the breaker open: %v, want %v", service, got, server)
+		}
+	}
 
 	srv.Restart()
 	eventually(t, settle, "enforcement to start", func() bool {
@@ -349,5 +382,10 @@ func TestStartsWithoutRedis(t *testing.T) {
 	exactCheck(t, svc, "after")
 	if body := svc.get(t, svc.httpAddr, "/readyz"); body != "OK\n" {
 		t.Errorf("/readyz with redis: %q", body)
+	}
+	for _, service := range []string{"", rls.ServiceName, rls.StoreServiceName} {
+		if got := svc.health(t, service); got != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("health of %q with redis: %v", service, got)
+		}
 	}
 }
