@@ -268,3 +268,51 @@ func TestFailureModeLocalKeepsLabelsBounded(t *testing.T) {
 		t.Errorf("%d metric label sets after 100 local answers of one rule, want 1", n)
 	}
 }
+
+func TestFailureModeLocalChargesNothingWhenRejected(t *testing.T) {
+	f := newFixture(t, failureYAML, func(o *Options) {
+		o.Store = failingStore{store.ErrUnavailable}
+		o.Fallback = memory.New(memory.Options{Now: func() time.Time { return t0 }})
+	})
+	// closed rejects the request: local=v is checked, not charged.
+	if resp := f.check(t, req("api", d("closed=v"), d("local=v"))); resp.Code != OverLimit {
+		t.Fatalf("closed and local: %v, want OVER_LIMIT", resp.Code)
+	}
+	resp := f.check(t, req("api", d("local=v")))
+	if got := resp.Statuses[0].Remaining; got != 3 {
+		t.Errorf("local=v after a rejected request: remaining %d, want 3 (4 less this one)", got)
+	}
+}
+
+// countingStore counts its calls and answers every hit as admitted.
+type countingStore struct{ calls int }
+
+func (s *countingStore) Apply(_ context.Context, hits []store.Hit, v []algorithm.Verdict) error {
+	s.calls++
+	for i := range v {
+		v[i] = algorithm.Verdict{Allowed: true}
+	}
+	return nil
+}
+
+func TestNoTimeLeftSkipsTheStore(t *testing.T) {
+	st := &countingStore{}
+	f := newFixture(t, failureYAML, func(o *Options) {
+		o.Store = st
+		o.StoreTimeout, o.DeadlineMargin = time.Second, 5*time.Millisecond
+	})
+	// 4 ms left, less than the margin: no store call, a failure-mode answer.
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Millisecond)
+	defer cancel()
+	resp, err := f.lim.Check(ctx, req("api", d("closed=v")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.calls != 0 || resp.Code != OverLimit || !hasHeader(resp.Headers, HeaderPolicy, PolicyDegraded) {
+		t.Errorf("with 4ms left: %d store calls, %v; want none and a degraded OVER_LIMIT", st.calls, resp.Code)
+	}
+	// With time left, the store decides.
+	if resp := f.check(t, req("api", d("closed=v"))); st.calls != 1 || resp.Code != OK {
+		t.Errorf("with time left: %d store calls, %v; want 1 and OK", st.calls, resp.Code)
+	}
+}

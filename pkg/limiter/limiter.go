@@ -362,7 +362,8 @@ func Validate(req *Request) error {
 
 // Check decides req. It returns an error wrapping ErrInvalidRequest for a
 // malformed request and the context's error when ctx ends before the store
-// answers; a store failure is not an error but a degraded, fail-open answer.
+// answers; a store failure is not an error but answers by the rules' failure
+// modes, marked degraded.
 func (l *Limiter) Check(ctx context.Context, req *Request) (*Response, error) {
 	a := new(answer)
 	resp := &a.resp
@@ -725,15 +726,28 @@ func (s *scratch) status(st *descState) (Status, bool) {
 	return out, false
 }
 
+// minStoreTime is the least time a store call is given. A caller with less
+// left than the margin and this is answered by the failure modes without
+// asking the store, so that tollgate's own backlog does not count as store
+// failures (and open the circuit breaker) while the store is healthy.
+const minStoreTime = time.Millisecond
+
+// errNoTime is the store error of a call whose caller left no time for it.
+var errNoTime = fmt.Errorf("%w: no time left for the store within the caller's deadline", store.ErrUnavailable)
+
 // apply calls the store with a deadline: the earlier of the store timeout and
 // the caller's deadline less the margin kept to answer in.
 func (l *Limiter) apply(ctx context.Context, hits []store.Hit, verdicts []algorithm.Verdict) error {
 	if l.timeout == 0 {
 		return l.store.Apply(ctx, hits, verdicts)
 	}
-	deadline := time.Now().Add(l.timeout)
+	now := time.Now()
+	deadline := now.Add(l.timeout)
 	if d, ok := ctx.Deadline(); ok && d.Add(-l.margin).Before(deadline) {
 		deadline = d.Add(-l.margin)
+	}
+	if deadline.Sub(now) < minStoreTime {
+		return errNoTime
 	}
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
@@ -756,6 +770,16 @@ func (l *Limiter) decideLocally(ctx context.Context, s *scratch) {
 	if l.fallback == nil {
 		return
 	}
+	// A descriptor failing closed rejects the request, which must then
+	// charge nothing, so the local hits only check. (A deny list has
+	// already made them checks.)
+	rejected := false
+	for i := range s.descs {
+		st := &s.descs[i]
+		if st.kind == kindCounted && !st.shadow && !st.quota && l.failureMode(st) == descriptor.FailClosed {
+			rejected = true
+		}
+	}
 	for i := range s.descs {
 		st := &s.descs[i]
 		if st.kind != kindCounted || l.failureMode(st) != descriptor.FailLocal {
@@ -764,6 +788,9 @@ func (l *Limiter) decideLocally(ctx context.Context, s *scratch) {
 		for _, h := range s.hits[st.firstHit : st.firstHit+st.nHits] {
 			h.Limit.Requests = shareOf(h.Limit.Requests, l.share)
 			h.Limit.Burst = shareOf(h.Limit.Burst, l.share)
+			if rejected {
+				h.Cost = min(h.Cost, 0)
+			}
 			s.localHits = append(s.localHits, h)
 		}
 	}
@@ -772,7 +799,7 @@ func (l *Limiter) decideLocally(ctx context.Context, s *scratch) {
 	}
 	s.localVerdicts = grow(s.localVerdicts, len(s.localHits))
 	if err := l.fallback.Apply(ctx, s.localHits, s.localVerdicts); err != nil {
-		l.log.LogAttrs(ctx, slog.LevelError, "local fallback failed; answering fail-open", slog.Any("error", err))
+		l.log.LogAttrs(ctx, slog.LevelError, "local fallback failed; answering as failure mode open", slog.Any("error", err))
 		return
 	}
 	n := 0
@@ -839,7 +866,7 @@ func (l *Limiter) storeFailed(ctx context.Context, domain string, err error) {
 		l.errsQuiet.Add(1)
 		return
 	}
-	l.log.LogAttrs(ctx, slog.LevelError, "store failed; answering fail-open",
+	l.log.LogAttrs(ctx, slog.LevelError, "store failed; answering by failure modes",
 		slog.String("domain", domain),
 		slog.Any("error", err),
 		slog.Int64("suppressed", l.errsQuiet.Swap(0)))
