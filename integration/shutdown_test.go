@@ -27,7 +27,7 @@ func TestShutdownFinishesInFlightCalls(t *testing.T) {
 
 	srv.Stop()
 	defer srv.Continue()
-	load := startLoad(svc.client, 4)
+	load := startLoad(t, svc.client, 4)
 	load.waitFor(t, 8, time.Time{})
 	stopAt := time.Now()
 	if err := svc.stop(); err != nil {
@@ -36,15 +36,16 @@ func TestShutdownFinishesInFlightCalls(t *testing.T) {
 	t.Logf("Run returned %v after the stop", time.Since(stopAt).Round(time.Millisecond))
 	load.halt()
 
-	// A call that reached the server before the stop is answered; one sent
-	// just before it may find the server already refusing new calls.
+	// A call that reached the server before the stop is answered. One sent
+	// shortly before it may not have reached the server yet on a loaded
+	// machine, and find it refusing new calls.
 	inFlight := 0
 	for _, o := range load.results() {
 		if o.err == nil && o.at.Before(stopAt) && o.at.Add(o.took).After(stopAt) {
 			inFlight++
 		}
 		switch {
-		case o.at.After(stopAt.Add(-20 * time.Millisecond)):
+		case o.at.After(stopAt.Add(-100 * time.Millisecond)):
 			if o.err != nil && status.Code(o.err) != codes.Unavailable {
 				t.Errorf("call at %v after the stop: %v, want an answer or Unavailable", o.at.Sub(stopAt), o.err)
 			}

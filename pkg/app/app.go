@@ -234,18 +234,21 @@ func (a *App) ready() error {
 	if a.reloader.Current() == nil {
 		return errors.New("no descriptor configuration loaded")
 	}
-	if a.settings.BreakerNotServing && a.degraded() != "" {
-		return errors.New(a.degraded())
+	if why := a.degraded(); why != "" && a.settings.BreakerNotServing {
+		return errors.New(why)
 	}
 	return nil
 }
 
 // degraded returns why decisions are made without the store, or "".
 func (a *App) degraded() string {
-	if a.breaker == nil || a.breaker.State() == breaker.Closed {
+	if a.breaker == nil {
 		return ""
 	}
-	return "store unavailable, circuit breaker " + a.breaker.State().String() + "; answering by failure modes"
+	if st := a.breaker.State(); st != breaker.Closed {
+		return "store unavailable, circuit breaker " + st.String() + "; answering by failure modes"
+	}
+	return ""
 }
 
 // storeChanged reports a change of the store breaker's state in the gRPC
@@ -319,6 +322,9 @@ func (a *App) Run(ctx context.Context) error {
 		}
 	})
 	wg.Go(func() { a.forwardSIGHUP(ctx) })
+	if a.breaker != nil {
+		wg.Go(func() { a.probeStore(ctx) })
+	}
 
 	grpcAddr, httpAddr, debugAddr := a.Addrs()
 	a.logger.Info("tollgate serving", "grpc", grpcAddr, "http", httpAddr, "debug", debugAddr,
@@ -329,6 +335,36 @@ func (a *App) Run(ctx context.Context) error {
 	wg.Wait()
 	close(errs)
 	return errors.Join(collect(errs)...)
+}
+
+// probeStore asks the store for a decision every breaker open time while
+// its breaker is not closed, until ctx ends. Without it an open breaker
+// closes only through traffic, which an instance that health checks took
+// out of rotation (--breaker-not-serving) never gets back.
+func (a *App) probeStore(ctx context.Context) {
+	// A check (cost 0) of a counter no rule uses: it writes nothing.
+	hits := []store.Hit{{
+		Domain:  "tollgate.probe",
+		Entries: []store.Entry{{Key: "probe", Value: "probe"}},
+		Shard:   "probe",
+		Limit:   algorithm.Limit{Kind: algorithm.TokenBucket, Requests: 1, Period: time.Second.Microseconds()},
+	}}
+	verdicts := make([]algorithm.Verdict, len(hits))
+	tick := time.NewTicker(a.settings.BreakerOpenTime)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if a.breaker.State() == breaker.Closed {
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, a.settings.StoreTimeout)
+		_ = a.breaker.Apply(pctx, hits, verdicts) // the breaker records the outcome
+		cancel()
+	}
 }
 
 // forwardSIGHUP turns SIGHUP into a forced reload until ctx ends.
