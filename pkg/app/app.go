@@ -73,11 +73,7 @@ func New(ctx context.Context, s Settings, logger *slog.Logger) (*App, error) {
 
 func (a *App) build(ctx context.Context) error {
 	s := a.settings
-	kind, err := algorithm.ParseKind(s.DefaultAlgorithm)
-	if err != nil {
-		return err
-	}
-	failureMode, err := descriptor.ParseFailureMode(s.FailureMode)
+	treeOpts, err := descriptorOptions(s.DefaultAlgorithm, s.FailureMode, s.MaxPatterns)
 	if err != nil {
 		return err
 	}
@@ -93,9 +89,7 @@ func (a *App) build(ctx context.Context) error {
 	a.reloader, err = reload.New(reload.Options{
 		Dir: s.ConfigDir,
 		Load: func(dir string) (*descriptor.Tree, error) {
-			return descriptor.Load(dir, descriptor.Options{
-				DefaultAlgorithm: kind, DefaultFailureMode: failureMode, MaxPatterns: s.MaxPatterns,
-			})
+			return descriptor.Load(dir, treeOpts)
 		},
 		Logger:        a.logger,
 		MeterProvider: meters,
@@ -114,15 +108,15 @@ func (a *App) build(ctx context.Context) error {
 		Tree:               a.reloader.Current,
 		HeaderStyle:        style,
 		ShadowMode:         s.ShadowMode,
-		DefaultAlgorithm:   kind,
-		DefaultFailureMode: failureMode,
+		DefaultAlgorithm:   treeOpts.DefaultAlgorithm,
+		DefaultFailureMode: treeOpts.DefaultFailureMode,
 		Logger:             a.logger,
 		MeterProvider:      meters,
 	}
 	if a.breaker != nil {
 		// Only a remote store waits, fails and needs a fallback.
 		opts.StoreTimeout, opts.DeadlineMargin = s.StoreTimeout, s.DeadlineMargin
-		opts.Fallback = memory.New(memory.Options{MaxKeys: s.LocalFallbackKeys})
+		opts.Fallback = memory.New(memory.Options{MaxKeys: s.LocalFallbackMaxKeys})
 		opts.FallbackShare = s.LocalFallbackShare
 	}
 	lim, err := limiter.New(opts)

@@ -134,20 +134,37 @@ func newLogger(s Settings, w io.Writer) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(w, opts)), nil
 }
 
-// loadDir loads a configuration directory for check and explain.
+// loadDir loads a configuration directory for check and explain, with the
+// settings of serve that change what a configuration means.
 func loadDir(fs *pflag.FlagSet, args []string) (*descriptor.Tree, error) {
 	alg := fs.String("default-algorithm", "token_bucket", "algorithm of rules that name none")
+	mode := fs.String("failure-mode", "open", "failure mode of rules that name none")
+	patterns := fs.Int("max-patterns", 1000, "most wildcard values of one key at one level")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() != 1 {
 		return nil, usageError("want exactly one configuration directory, got %d arguments", fs.NArg())
 	}
-	kind, err := algorithm.ParseKind(*alg)
+	opts, err := descriptorOptions(*alg, *mode, *patterns)
 	if err != nil {
 		return nil, usageError("%v", err)
 	}
-	return descriptor.Load(fs.Arg(0), descriptor.Options{DefaultAlgorithm: kind})
+	return descriptor.Load(fs.Arg(0), opts)
+}
+
+// descriptorOptions returns the options that serve, check and explain load
+// configurations with.
+func descriptorOptions(defaultAlgorithm, failureMode string, maxPatterns int) (descriptor.Options, error) {
+	kind, err := algorithm.ParseKind(defaultAlgorithm)
+	if err != nil {
+		return descriptor.Options{}, fmt.Errorf("default-algorithm: %w", err)
+	}
+	mode, err := descriptor.ParseFailureMode(failureMode)
+	if err != nil {
+		return descriptor.Options{}, fmt.Errorf("failure-mode: %w", err)
+	}
+	return descriptor.Options{DefaultAlgorithm: kind, DefaultFailureMode: mode, MaxPatterns: maxPatterns}, nil
 }
 
 func check(args []string, stdout io.Writer) error {

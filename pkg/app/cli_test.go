@@ -55,6 +55,22 @@ func TestExplain(t *testing.T) {
 	}
 }
 
+func TestExplainTakesServeSettings(t *testing.T) {
+	args := []string{"explain", "../../config-examples", "--domain", "tiers", "--descriptor", "tier=free,api_key=k"}
+	_, out, _ := runMain(args...)
+	if !strings.Contains(out, "failure_mode=open") {
+		t.Fatalf("explain without --failure-mode:\n%s", out)
+	}
+	_, out, _ = runMain(append(args, "--failure-mode", "closed")...)
+	if !strings.Contains(out, "failure_mode=closed") {
+		t.Errorf("explain --failure-mode closed:\n%s", out)
+	}
+	code, _, errOut := runMain("check", "../../config-examples", "--max-patterns", "1")
+	if code != 1 || !strings.Contains(errOut, "more than 1 wildcard values") {
+		t.Errorf("check --max-patterns 1: exit %d, stderr %s", code, errOut)
+	}
+}
+
 func TestUsageErrors(t *testing.T) {
 	tests := []struct {
 		args []string
@@ -63,6 +79,7 @@ func TestUsageErrors(t *testing.T) {
 	}{
 		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
 		{[]string{"check"}, 2, "want exactly one configuration directory"},
+		{[]string{"check", "../../config-examples", "--failure-mode", "maybe"}, 2, `failure-mode: unknown failure mode "maybe"`},
 		{[]string{"explain", "../../config-examples", "--domain", "tiers", "--descriptor", "novalue"}, 2, `entry "novalue" is not key=value`},
 		{[]string{"query", "--domain", "x"}, 2, "--domain and at least one --descriptor are required"},
 		{[]string{"serve", "--store", "etcd"}, 1, `unknown store "etcd"`},

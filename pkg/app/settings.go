@@ -49,15 +49,15 @@ type Settings struct {
 	RedisKeyPrefix     string        `mapstructure:"redis-key-prefix"`
 	RedisBatchWindow   time.Duration `mapstructure:"redis-batch-window"`
 
-	StoreTimeout       time.Duration `mapstructure:"store-timeout"`
-	DeadlineMargin     time.Duration `mapstructure:"deadline-margin"`
-	FailureMode        string        `mapstructure:"failure-mode"`
-	BreakerFailures    int           `mapstructure:"breaker-failures"`
-	BreakerOpenTime    time.Duration `mapstructure:"breaker-open-time"`
-	BreakerProbes      int           `mapstructure:"breaker-probes"`
-	BreakerNotServing  bool          `mapstructure:"breaker-not-serving"`
-	LocalFallbackShare int           `mapstructure:"local-fallback-share"`
-	LocalFallbackKeys  int           `mapstructure:"local-fallback-max-keys"`
+	StoreTimeout         time.Duration `mapstructure:"store-timeout"`
+	DeadlineMargin       time.Duration `mapstructure:"deadline-margin"`
+	FailureMode          string        `mapstructure:"failure-mode"`
+	BreakerFailures      int           `mapstructure:"breaker-failures"`
+	BreakerOpenTime      time.Duration `mapstructure:"breaker-open-time"`
+	BreakerProbes        int           `mapstructure:"breaker-probes"`
+	BreakerNotServing    bool          `mapstructure:"breaker-not-serving"`
+	LocalFallbackShare   int           `mapstructure:"local-fallback-share"`
+	LocalFallbackMaxKeys int           `mapstructure:"local-fallback-max-keys"`
 
 	MemoryMaxKeys  int `mapstructure:"memory-max-keys"`
 	MaxDescriptors int `mapstructure:"max-descriptors"`
@@ -67,6 +67,10 @@ type Settings struct {
 	MaxHits        int `mapstructure:"max-hits"`
 	MaxPatterns    int `mapstructure:"max-patterns"`
 }
+
+// maxBreakerCount bounds --breaker-failures and --breaker-probes, which
+// the breaker counts in uint32.
+const maxBreakerCount = 1_000_000
 
 // settingsFlags declares every setting as a flag with its default.
 func settingsFlags(fs *pflag.FlagSet) {
@@ -193,8 +197,16 @@ func (s Settings) validate() error {
 	if s.StoreTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("store-timeout: must be positive, got %v", s.StoreTimeout))
 	}
-	if s.DeadlineMargin < 0 {
-		errs = append(errs, fmt.Errorf("deadline-margin: must not be negative, got %v", s.DeadlineMargin))
+	if s.DeadlineMargin <= 0 {
+		errs = append(errs, fmt.Errorf("deadline-margin: must be positive, got %v", s.DeadlineMargin))
+	}
+	for _, count := range []struct {
+		name string
+		n    int
+	}{{"breaker-failures", s.BreakerFailures}, {"breaker-probes", s.BreakerProbes}} {
+		if count.n > maxBreakerCount {
+			errs = append(errs, fmt.Errorf("%s: must be at most %d, got %d", count.name, maxBreakerCount, count.n))
+		}
 	}
 	if s.BreakerOpenTime <= 0 {
 		errs = append(errs, fmt.Errorf("breaker-open-time: must be positive, got %v", s.BreakerOpenTime))
@@ -214,7 +226,7 @@ func (s Settings) validate() error {
 	}{
 		{"memory-max-keys", s.MemoryMaxKeys}, {"max-descriptors", s.MaxDescriptors}, {"max-entries", s.MaxEntries},
 		{"breaker-failures", s.BreakerFailures}, {"breaker-probes", s.BreakerProbes},
-		{"local-fallback-share", s.LocalFallbackShare}, {"local-fallback-max-keys", s.LocalFallbackKeys},
+		{"local-fallback-share", s.LocalFallbackShare}, {"local-fallback-max-keys", s.LocalFallbackMaxKeys},
 		{"max-key-length", s.MaxKeyLen}, {"max-value-length", s.MaxValueLen},
 		{"max-hits", s.MaxHits}, {"max-patterns", s.MaxPatterns},
 	} {

@@ -142,6 +142,17 @@ func TestSettingsErrors(t *testing.T) {
 		{[]string{"--log-level", "loud"}, `log-level:`},
 		{[]string{"--max-descriptors", "0"}, `max-descriptors: must be positive, got 0`},
 		{[]string{"--config-dir", ""}, `config-dir: must not be empty`},
+		{[]string{"--failure-mode", "maybe"}, `failure-mode: unknown failure mode "maybe" (want open, closed or local)`},
+		{[]string{"--store-timeout", "0s"}, `store-timeout: must be positive, got 0s`},
+		{[]string{"--deadline-margin", "0s"}, `deadline-margin: must be positive, got 0s`},
+		{[]string{"--breaker-open-time", "-1s"}, `breaker-open-time: must be positive, got -1s`},
+		{[]string{"--breaker-failures", "0"}, `breaker-failures: must be positive, got 0`},
+		{[]string{"--breaker-failures", "4294967296"}, `breaker-failures: must be at most 1000000, got 4294967296`},
+		{[]string{"--breaker-probes", "0"}, `breaker-probes: must be positive, got 0`},
+		{[]string{"--local-fallback-share", "0"}, `local-fallback-share: must be positive, got 0`},
+		{[]string{"--local-fallback-max-keys", "-1"}, `local-fallback-max-keys: must be positive, got -1`},
+		{[]string{"--max-hits", "0"}, `max-hits: must be positive, got 0`},
+		{[]string{"--max-patterns", "0"}, `max-patterns: must be positive, got 0`},
 		{[]string{"--settings", "/nonexistent/tollgate.yaml"}, `reading settings file /nonexistent/tollgate.yaml`},
 	}
 	for _, tt := range tests {

@@ -316,3 +316,21 @@ func TestNoTimeLeftSkipsTheStore(t *testing.T) {
 		t.Errorf("with time left: %d store calls, %v; want 1 and OK", st.calls, resp.Code)
 	}
 }
+
+func TestNewRejectsBadFailureOptions(t *testing.T) {
+	tree := func() *descriptor.Tree { return nil }
+	for _, tt := range []struct {
+		opts Options
+		want string
+	}{
+		{Options{StoreTimeout: -1}, "limiter: negative store timeout -1ns"},
+		{Options{DeadlineMargin: -1}, "limiter: negative deadline margin -1ns"},
+		{Options{FallbackShare: -1}, "limiter: negative fallback share -1"},
+		{Options{DefaultFailureMode: 7}, "limiter: unknown failure mode 7"},
+	} {
+		tt.opts.Store, tt.opts.Tree = failingStore{}, tree
+		if _, err := New(tt.opts); err == nil || err.Error() != tt.want {
+			t.Errorf("New(%+v) = %v, want %q", tt.opts, err, tt.want)
+		}
+	}
+}

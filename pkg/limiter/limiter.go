@@ -222,6 +222,12 @@ func New(opts Options) (*Limiter, error) {
 	if opts.StoreTimeout < 0 {
 		return nil, fmt.Errorf("limiter: negative store timeout %v", opts.StoreTimeout)
 	}
+	if opts.DeadlineMargin < 0 {
+		return nil, fmt.Errorf("limiter: negative deadline margin %v", opts.DeadlineMargin)
+	}
+	if opts.DefaultFailureMode > descriptor.FailLocal {
+		return nil, fmt.Errorf("limiter: unknown failure mode %d", opts.DefaultFailureMode)
+	}
 	if opts.FallbackShare < 0 {
 		return nil, fmt.Errorf("limiter: negative fallback share %d", opts.FallbackShare)
 	}
