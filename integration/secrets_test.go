@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/tollgatehq/tollgate/integration/redistest"
 	"github.com/tollgatehq/tollgate/pkg/app"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
+	"github.com/tollgatehq/tollgate/pkg/store/redis"
 )
 
 // TestSecretsStayOut runs tollgate with a wrong Redis password, given as a
@@ -24,6 +26,9 @@ func TestSecretsStayOut(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			var logs lockedBuffer
+			// go-redis's own lines too; serve routes them the same way.
+			redis.RouteClientLogs(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+			t.Cleanup(func() { redis.RouteClientLogs(slog.New(slog.DiscardHandler)) })
 			svc := startServiceLogging(t, t.TempDir(), &logs, func(s *app.Settings) {
 				s.Store = "redis"
 				tweak(s)

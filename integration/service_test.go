@@ -68,7 +68,10 @@ func startServiceIn(t *testing.T, dir string, tweak ...func(*app.Settings)) *ser
 // at debug level.
 func startServiceLogging(t *testing.T, dir string, w io.Writer, tweak ...func(*app.Settings)) *service {
 	t.Helper()
-	s := app.DefaultSettings()
+	s, err := app.DefaultSettings()
+	if err != nil {
+		t.Fatal(err)
+	}
 	s.ConfigDir, s.GRPCAddr, s.HTTPAddr, s.DebugAddr = dir, "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	s.MemoryMaxKeys, s.MaxDescriptors, s.MaxEntries, s.MaxKeyLen, s.MaxValueLen = 10000, 8, 8, 64, 256
 	for _, f := range tweak {

@@ -187,7 +187,6 @@ func (a *App) newStore(meters metric.MeterProvider) (store.Store, error) {
 		if err != nil {
 			return nil, err
 		}
-		redis.RouteClientLogs(a.logger)
 		client, err := redis.NewClient(cfg)
 		if err != nil {
 			return nil, fmt.Errorf("redis: %w", err)

@@ -18,6 +18,7 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/loadgen"
 	"github.com/tollgatehq/tollgate/pkg/rlsclient"
+	"github.com/tollgatehq/tollgate/pkg/store/redis"
 )
 
 const usage = `tollgate: a rate-limit service for Envoy.
@@ -115,6 +116,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	redis.RouteClientLogs(logger) // go-redis has one logger per process
 	a, err := New(ctx, s, logger)
 	if err != nil {
 		return err

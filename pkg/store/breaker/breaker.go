@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/sony/gobreaker/v2"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 
@@ -108,7 +109,11 @@ type OpenError struct {
 	RetryAfter time.Duration
 }
 
+// Error says that the breaker refused the call, and when it probes next.
 func (e *OpenError) Error() string {
+	if e.RetryAfter == 0 {
+		return fmt.Sprintf("%v: circuit breaker half-open, probe in flight", store.ErrUnavailable)
+	}
 	return fmt.Sprintf("%v: circuit breaker open, next probe in %v", store.ErrUnavailable, e.RetryAfter)
 }
 
@@ -149,17 +154,17 @@ func New(next store.Store, opts Options) (*Store, error) {
 	if mp == nil {
 		mp = noop.NewMeterProvider()
 	}
-	gauge, err := mp.Meter("github.com/tollgatehq/tollgate/pkg/store/breaker").Int64ObservableGauge(
-		"tollgate_breaker_state",
-		metric.WithDescription("State of the store's circuit breaker: 0 closed, 1 half-open, 2 open."))
+	meter := mp.Meter("github.com/tollgatehq/tollgate/pkg/store/breaker")
+	gauge, err := meter.Int64ObservableGauge("tollgate_breaker_state",
+		metric.WithDescription("State of a store's circuit breaker: 0 closed, 1 half-open, 2 open."))
 	if err != nil {
 		return nil, fmt.Errorf("breaker: creating instruments: %w", err)
 	}
-	if _, err := mp.Meter("github.com/tollgatehq/tollgate/pkg/store/breaker").RegisterCallback(
-		func(_ context.Context, o metric.Observer) error {
-			o.ObserveInt64(gauge, int64(s.State()))
-			return nil
-		}, gauge); err != nil {
+	named := metric.WithAttributes(attribute.String("breaker", s.name))
+	if _, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		o.ObserveInt64(gauge, int64(s.State()), named)
+		return nil
+	}, gauge); err != nil {
 		return nil, fmt.Errorf("breaker: creating instruments: %w", err)
 	}
 	s.cb = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
@@ -238,6 +243,7 @@ func (s *Store) changed(_ string, _, to gobreaker.State) {
 	}
 }
 
+// fromGobreaker returns the State of a gobreaker state.
 func fromGobreaker(st gobreaker.State) State {
 	switch st {
 	case gobreaker.StateOpen:

@@ -10,6 +10,9 @@ import (
 	"testing/synctest"
 	"time"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
 	"github.com/tollgatehq/tollgate/pkg/store"
 	"github.com/tollgatehq/tollgate/pkg/store/breaker"
@@ -168,4 +171,43 @@ func TestHalfOpenLetsProbesThrough(t *testing.T) {
 			t.Fatalf("after 2 probes: state %v, want closed", got)
 		}
 	})
+}
+
+func TestStateMetric(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	s, err := breaker.New(&flaky{err: down}, breaker.Options{
+		Name:          "redis",
+		Failures:      1,
+		MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := func() int64 {
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(context.Background(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				g, ok := m.Data.(metricdata.Gauge[int64])
+				if m.Name != "tollgate_breaker_state" || !ok || len(g.DataPoints) != 1 {
+					continue
+				}
+				if name, _ := g.DataPoints[0].Attributes.Value("breaker"); name.AsString() != "redis" {
+					t.Fatalf("breaker attribute %q, want redis", name.AsString())
+				}
+				return g.DataPoints[0].Value
+			}
+		}
+		t.Fatal("no tollgate_breaker_state gauge")
+		return -1
+	}
+	if got := state(); got != 0 {
+		t.Errorf("closed breaker: state %d, want 0", got)
+	}
+	apply(s)
+	if got := state(); got != 2 {
+		t.Errorf("open breaker: state %d, want 2", got)
+	}
 }

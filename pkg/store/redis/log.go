@@ -12,7 +12,7 @@ import (
 // print to stderr, to logger at debug level: during an outage it logs
 // every failed dial, while tollgate reports the outage once, through its
 // circuit breaker. go-redis keeps one logger per process, so this is for
-// main (or app) to call once.
+// the process's entry point to call once.
 func RouteClientLogs(logger *slog.Logger) {
 	goredis.SetLogger(clientLog{logger.With("component", "go-redis")})
 }

