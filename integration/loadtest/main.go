@@ -111,14 +111,19 @@ type scenario struct {
 	args []string
 }
 
+// benchCounts is what the load test reads of tollgate bench's counts.
+type benchCounts struct {
+	Requests  int64   `json:"requests"`
+	RPS       float64 `json:"rps"`
+	OK        int64   `json:"ok"`
+	OverLimit int64   `json:"over_limit"`
+	Errors    int64   `json:"errors"`
+	Degraded  int64   `json:"degraded"`
+}
+
 // measurement is one run of a scenario.
 type measurement struct {
-	Requests       int64   `json:"requests"`
-	RPS            float64 `json:"rps"`
-	OK             int64   `json:"ok"`
-	OverLimit      int64   `json:"over_limit"`
-	Errors         int64   `json:"errors"`
-	Degraded       int64   `json:"degraded"`
+	benchCounts
 	P50us          float64 `json:"p50_us"`
 	P99us          float64 `json:"p99_us"`
 	P999us         float64 `json:"p999_us"`
@@ -236,13 +241,8 @@ func measure(bin string, sc scenario, svcPid, redisPid int, metricsURL string) (
 		return measurement{}, err
 	}
 	var res struct {
-		Requests       int64   `json:"requests"`
-		WarmupRequests int64   `json:"warmup_requests"`
-		RPS            float64 `json:"rps"`
-		OK             int64   `json:"ok"`
-		OverLimit      int64   `json:"over_limit"`
-		Errors         int64   `json:"errors"`
-		Degraded       int64   `json:"degraded"`
+		benchCounts
+		WarmupRequests int64 `json:"warmup_requests"`
 		Latency        struct {
 			P50  float64 `json:"p50"`
 			P99  float64 `json:"p99"`
@@ -255,8 +255,8 @@ func measure(bin string, sc scenario, svcPid, redisPid int, metricsURL string) (
 	// The warm-up's requests were served too, so they share the CPU time.
 	served := float64(res.Requests + res.WarmupRequests)
 	return measurement{
-		Requests: res.Requests, RPS: res.RPS, OK: res.OK, OverLimit: res.OverLimit, Errors: res.Errors, Degraded: res.Degraded,
-		P50us: res.Latency.P50, P99us: res.Latency.P99, P999us: res.Latency.P999,
+		benchCounts: res.benchCounts,
+		P50us:       res.Latency.P50, P99us: res.Latency.P99, P999us: res.Latency.P999,
 		ServiceUSPerOp: float64(svcCPU.Microseconds()) / served,
 		RedisUSPerOp:   float64(redisCPU.Microseconds()) / served,
 		HandlingP99us:  quantileBound(before, after, 0.99) * 1e6,
@@ -287,14 +287,9 @@ type floodReport struct {
 // floodResult is tollgate's resident memory during one flood. Sizes are in
 // MiB.
 type floodResult struct {
-	Config    string    `json:"config"`
-	MaxKeys   int       `json:"max_keys"`
-	Requests  int64     `json:"requests"`
-	RPS       float64   `json:"rps"`
-	OK        int64     `json:"ok"`
-	OverLimit int64     `json:"over_limit"`
-	Errors    int64     `json:"errors"`
-	Degraded  int64     `json:"degraded"`
+	Config  string `json:"config"`
+	MaxKeys int    `json:"max_keys"`
+	benchCounts
 	RSSBefore float64   `json:"rss_before_mib"`
 	RSSPeak   float64   `json:"rss_peak_mib"`
 	RSSEnd    float64   `json:"rss_end_mib"`
@@ -391,21 +386,13 @@ func flood(bin, configDir, logDir, logName string, fc floodCase, load []string) 
 	if err != nil {
 		return floodResult{}, fmt.Errorf("%w; tollgate log:\n%s", err, tail(filepath.Join(logDir, logName)))
 	}
-	var res struct {
-		Requests  int64   `json:"requests"`
-		RPS       float64 `json:"rps"`
-		OK        int64   `json:"ok"`
-		OverLimit int64   `json:"over_limit"`
-		Errors    int64   `json:"errors"`
-		Degraded  int64   `json:"degraded"`
-	}
+	var res benchCounts
 	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
 		return floodResult{}, fmt.Errorf("reading tollgate bench output: %w", err)
 	}
+	res.RPS = math.Round(res.RPS)
 	r := floodResult{
-		Config: fc.name, MaxKeys: fc.maxKeys,
-		Requests: res.Requests, RPS: math.Round(res.RPS), OK: res.OK, OverLimit: res.OverLimit,
-		Errors: res.Errors, Degraded: res.Degraded,
+		Config: fc.name, MaxKeys: fc.maxKeys, benchCounts: res,
 		RSSBefore: mib(before), RSSEnd: mib(end), Samples: sampled,
 	}
 	r.RSSPeak = max(r.RSSEnd, slices.Max(append([]float64{r.RSSBefore}, sampled...)))
@@ -529,12 +516,14 @@ func median(ms []measurement) measurement {
 		return vs[len(vs)/2]
 	}
 	return measurement{
-		Requests:       int64(pick(func(m measurement) float64 { return float64(m.Requests) })),
-		RPS:            pick(func(m measurement) float64 { return m.RPS }),
-		OK:             int64(pick(func(m measurement) float64 { return float64(m.OK) })),
-		OverLimit:      int64(pick(func(m measurement) float64 { return float64(m.OverLimit) })),
-		Errors:         int64(pick(func(m measurement) float64 { return float64(m.Errors) })),
-		Degraded:       int64(pick(func(m measurement) float64 { return float64(m.Degraded) })),
+		benchCounts: benchCounts{
+			Requests:  int64(pick(func(m measurement) float64 { return float64(m.Requests) })),
+			RPS:       pick(func(m measurement) float64 { return m.RPS }),
+			OK:        int64(pick(func(m measurement) float64 { return float64(m.OK) })),
+			OverLimit: int64(pick(func(m measurement) float64 { return float64(m.OverLimit) })),
+			Errors:    int64(pick(func(m measurement) float64 { return float64(m.Errors) })),
+			Degraded:  int64(pick(func(m measurement) float64 { return float64(m.Degraded) })),
+		},
 		P50us:          pick(func(m measurement) float64 { return m.P50us }),
 		P99us:          pick(func(m measurement) float64 { return m.P99us }),
 		P999us:         pick(func(m measurement) float64 { return m.P999us }),
