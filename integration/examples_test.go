@@ -13,6 +13,7 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/limiter"
 	"github.com/tollgatehq/tollgate/pkg/store"
 	"github.com/tollgatehq/tollgate/pkg/store/memory"
+	"github.com/tollgatehq/tollgate/pkg/store/storetest"
 )
 
 // exampleStep sends one request ok times, each of which must be OK, and then
@@ -195,19 +196,12 @@ func check(t *testing.T, lim *limiter.Limiter, req *limiter.Request) limiter.Cod
 	return resp.Code
 }
 
-// downStore is a store that cannot decide.
-type downStore struct{}
-
-func (downStore) Apply(context.Context, []store.Hit, []algorithm.Verdict) error {
-	return store.ErrUnavailable
-}
-
 func TestExampleFailureModes(t *testing.T) {
 	tree, err := descriptor.Load("../config-examples", descriptor.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim, err := limiter.New(limiter.Options{Store: downStore{}, Tree: func() *descriptor.Tree { return tree }})
+	lim, err := limiter.New(limiter.Options{Store: storetest.Failing{Err: store.ErrUnavailable}, Tree: func() *descriptor.Tree { return tree }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/store"
 	"github.com/tollgatehq/tollgate/pkg/store/breaker"
 	"github.com/tollgatehq/tollgate/pkg/store/memory"
+	"github.com/tollgatehq/tollgate/pkg/store/storetest"
 )
 
 const failureYAML = `
@@ -125,7 +126,7 @@ func TestFailureModes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFixture(t, failureYAML, func(o *Options) {
-				o.Store = failingStore{tt.err}
+				o.Store = storetest.Failing{Err: tt.err}
 				o.DefaultFailureMode = descriptor.FailClosed
 			})
 			resp := f.check(t, tt.req)
@@ -142,7 +143,7 @@ func TestFailureModes(t *testing.T) {
 func TestFailureModeLocal(t *testing.T) {
 	clk := algorithmtest.NewClock(t0)
 	f := newFixture(t, failureYAML, func(o *Options) {
-		o.Store = failingStore{store.ErrUnavailable}
+		o.Store = storetest.Failing{Err: store.ErrUnavailable}
 		o.Fallback = memory.New(memory.Options{Now: clk.Now})
 		o.FallbackShare = 3
 		o.Now = clk.Now
@@ -174,7 +175,7 @@ func TestFailureModeLocal(t *testing.T) {
 }
 
 func TestFailureModeLocalWithoutFallback(t *testing.T) {
-	f := newFixture(t, failureYAML, func(o *Options) { o.Store = failingStore{store.ErrUnavailable} })
+	f := newFixture(t, failureYAML, func(o *Options) { o.Store = storetest.Failing{Err: store.ErrUnavailable} })
 	for range 6 {
 		if resp := f.check(t, req("api", d("local=v"))); resp.Code != OK || resp.Statuses[0] != (Status{Code: OK}) {
 			t.Fatalf("got %+v, want an open answer", resp)
@@ -257,7 +258,7 @@ func hasHeader(hs []Header, key, value string) bool {
 
 func TestFailureModeLocalKeepsLabelsBounded(t *testing.T) {
 	f := newFixture(t, failureYAML, func(o *Options) {
-		o.Store = failingStore{store.ErrUnavailable}
+		o.Store = storetest.Failing{Err: store.ErrUnavailable}
 		o.Fallback = memory.New(memory.Options{})
 		o.FallbackShare = 2
 	})
@@ -271,7 +272,7 @@ func TestFailureModeLocalKeepsLabelsBounded(t *testing.T) {
 
 func TestFailureModeLocalChargesNothingWhenRejected(t *testing.T) {
 	f := newFixture(t, failureYAML, func(o *Options) {
-		o.Store = failingStore{store.ErrUnavailable}
+		o.Store = storetest.Failing{Err: store.ErrUnavailable}
 		o.Fallback = memory.New(memory.Options{Now: func() time.Time { return t0 }})
 	})
 	// closed rejects the request: local=v is checked, not charged.
@@ -328,7 +329,7 @@ func TestNewRejectsBadFailureOptions(t *testing.T) {
 		{Options{FallbackShare: -1}, "limiter: negative fallback share -1"},
 		{Options{DefaultFailureMode: 7}, "limiter: unknown failure mode 7"},
 	} {
-		tt.opts.Store, tt.opts.Tree = failingStore{}, tree
+		tt.opts.Store, tt.opts.Tree = storetest.Failing{}, tree
 		if _, err := New(tt.opts); err == nil || err.Error() != tt.want {
 			t.Errorf("New(%+v) = %v, want %q", tt.opts, err, tt.want)
 		}

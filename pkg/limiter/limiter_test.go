@@ -18,6 +18,7 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/store"
 	"github.com/tollgatehq/tollgate/pkg/store/memory"
+	"github.com/tollgatehq/tollgate/pkg/store/storetest"
 )
 
 // t0 is ten seconds into a minute, so a fixed one-minute window resets 50
@@ -682,11 +683,6 @@ descriptors:
 	}
 }
 
-// failingStore fails every batch with err.
-type failingStore struct{ err error }
-
-func (s failingStore) Apply(context.Context, []store.Hit, []algorithm.Verdict) error { return s.err }
-
 // logRecorder keeps the messages and attributes of every record.
 type logRecorder struct {
 	mu      sync.Mutex
@@ -706,7 +702,7 @@ func (h *logRecorder) WithGroup(string) slog.Handler      { return h }
 func TestCheckStoreFailure(t *testing.T) {
 	logs := &logRecorder{}
 	f := newFixture(t, policyYAML, func(o *Options) {
-		o.Store = failingStore{fmt.Errorf("redis: %w", store.ErrUnavailable)}
+		o.Store = storetest.Failing{Err: fmt.Errorf("redis: %w", store.ErrUnavailable)}
 		o.Logger = slog.New(logs)
 	})
 	resp := f.check(t, req("api", d("api_key=a"), d("free=x"), d("api_key=revoked_1")))
@@ -751,7 +747,7 @@ func TestCheckStoreFailure(t *testing.T) {
 func TestCheckContextEnded(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	f := newFixture(t, policyYAML, func(o *Options) { o.Store = failingStore{context.Canceled} })
+	f := newFixture(t, policyYAML, func(o *Options) { o.Store = storetest.Failing{Err: context.Canceled} })
 	_, err := f.lim.Check(ctx, req("api", d("api_key=a")))
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Check error = %v, want context.Canceled", err)
@@ -795,10 +791,10 @@ func TestNewRequiresStoreAndTree(t *testing.T) {
 	if _, err := New(Options{Tree: tree}); err == nil {
 		t.Error("New without a store succeeded")
 	}
-	if _, err := New(Options{Store: failingStore{}}); err == nil {
+	if _, err := New(Options{Store: storetest.Failing{}}); err == nil {
 		t.Error("New without a tree succeeded")
 	}
-	l, err := New(Options{Store: failingStore{}, Tree: tree})
+	l, err := New(Options{Store: storetest.Failing{}, Tree: tree})
 	if err != nil {
 		t.Fatalf("New with zero options: %v", err)
 	}

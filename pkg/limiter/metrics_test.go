@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/tollgatehq/tollgate/pkg/store"
+	"github.com/tollgatehq/tollgate/pkg/store/storetest"
 )
 
 // collect returns the int64 sums of the named counter, keyed by their
@@ -88,7 +89,7 @@ func TestMetricsStoreErrors(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	f := newFixture(t, policyYAML, func(o *Options) {
 		o.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-		o.Store = failingStore{store.ErrUnavailable}
+		o.Store = storetest.Failing{Err: store.ErrUnavailable}
 	})
 	f.check(t, req("api", d("api_key=a"), d("api_key=b")))
 	f.check(t, req("api", d("api_key=a")))

@@ -21,11 +21,11 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/tollgatehq/tollgate/pkg/algorithm"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/limiter"
 	"github.com/tollgatehq/tollgate/pkg/store"
 	"github.com/tollgatehq/tollgate/pkg/store/memory"
+	"github.com/tollgatehq/tollgate/pkg/store/storetest"
 )
 
 // fuzzConfig holds the domains FuzzShouldRateLimit answers: every algorithm,
@@ -132,16 +132,6 @@ descriptors:
 `)},
 }
 
-// downStore is a store that cannot decide, so that rules are answered by
-// their failure modes.
-type downStore struct{}
-
-var _ store.Store = downStore{}
-
-func (downStore) Apply(context.Context, []store.Hit, []algorithm.Verdict) error {
-	return fmt.Errorf("fuzz: %w", store.ErrUnavailable)
-}
-
 // FuzzShouldRateLimit decodes arbitrary bytes as a RateLimitRequest and
 // answers it with a real engine over fuzzConfig: twice with a working store
 // (the second answer sees the first one's counts), once with a store that is
@@ -196,7 +186,7 @@ func FuzzShouldRateLimit(f *testing.F) {
 			return New(Options{Limiter: l, MaxDescriptors: 16, MaxEntries: 8, MaxKeyLen: 64, MaxValueLen: 256, MaxHits: math.MaxUint64, Logger: log})
 		}
 		up := newServer(memory.New(memory.Options{MaxKeys: 10000, Now: now}), nil)
-		down := newServer(downStore{}, memory.New(memory.Options{MaxKeys: 1000, Now: now}))
+		down := newServer(storetest.Failing{Err: store.ErrUnavailable}, memory.New(memory.Options{MaxKeys: 1000, Now: now}))
 		ctx := context.Background()
 		for i, s := range []*Server{up, up, down} {
 			resp, err := s.ShouldRateLimit(ctx, req)
