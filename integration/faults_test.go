@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -118,11 +119,12 @@ func testFault(t *testing.T, redisType string, addrs []string, fault, mend func(
 	fault()
 	eventually(t, settle, "the breaker to open", func() bool { return !storeHealthy() })
 	openedAfter := time.Since(faultAt)
-	// Stay down for answers from the open breaker and for failed probes:
-	// at least two of the breaker's open times.
-	downAt := time.Now()
-	load.waitFor(t, 300, downAt)
-	eventually(t, settle, "two breaker open times", func() bool { return time.Since(downAt) > 2*breakerOpenTime })
+	// Stay down for answers from the open breaker and for a failed probe,
+	// which opens it again.
+	load.waitFor(t, 300, time.Now())
+	eventually(t, settle, "a failed probe to open the breaker again", func() bool {
+		return svc.breakerChanges(t, "open") >= 2
+	})
 	mendAt := time.Now()
 	mend()
 	mended := time.Since(mendAt)
@@ -173,6 +175,23 @@ func testFault(t *testing.T, redisType string, addrs []string, fault, mend func(
 	if got := heapInUse(); got > heap+32<<20 {
 		t.Errorf("heap in use %d MB after the fault, %d MB before", got>>20, heap>>20)
 	}
+}
+
+// breakerChanges returns how often the store's breaker has changed to the
+// state named to, from tollgate_breaker_changes_total.
+func (s *service) breakerChanges(t *testing.T, to string) int {
+	t.Helper()
+	for line := range strings.Lines(s.get(t, s.httpAddr, "/metrics")) {
+		if strings.HasPrefix(line, "tollgate_breaker_changes_total{") && strings.Contains(line, `to="`+to+`"`) {
+			fields := strings.Fields(line)
+			n, err := strconv.Atoi(fields[len(fields)-1])
+			if err != nil {
+				t.Fatalf("reading %q: %v", line, err)
+			}
+			return n
+		}
+	}
+	return 0
 }
 
 // health returns the gRPC health status of service.

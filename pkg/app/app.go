@@ -249,7 +249,7 @@ func (a *App) degraded() string {
 // settings ask for it. A half-open breaker changes nothing, so health
 // moves once per outage and once per recovery.
 func (a *App) storeChanged(st breaker.State) {
-	if st == breaker.HalfOpen || a.rls == nil {
+	if st == breaker.HalfOpen {
 		return
 	}
 	a.rls.SetStoreHealthy(st == breaker.Closed)

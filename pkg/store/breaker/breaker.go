@@ -92,6 +92,9 @@ type Store struct {
 	openFor time.Duration
 	name    string
 	log     *slog.Logger
+	changes metric.Int64Counter
+	// changedTo holds the attributes of changes, by the new state.
+	changedTo [Open + 1]metric.AddOption
 
 	mu       sync.Mutex // guards state and openedAt
 	state    State
@@ -167,6 +170,13 @@ func New(next store.Store, opts Options) (*Store, error) {
 	}, gauge); err != nil {
 		return nil, fmt.Errorf("breaker: creating instruments: %w", err)
 	}
+	if s.changes, err = meter.Int64Counter("tollgate_breaker_changes",
+		metric.WithDescription("State changes of a store's circuit breaker, by the state changed to.")); err != nil {
+		return nil, fmt.Errorf("breaker: creating instruments: %w", err)
+	}
+	for st := Closed; st <= Open; st++ {
+		s.changedTo[st] = metric.WithAttributes(attribute.String("breaker", s.name), attribute.String("to", st.String()))
+	}
 	s.cb = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:        s.name,
 		MaxRequests: probes,
@@ -218,8 +228,8 @@ func (s *Store) RetryAfter() time.Duration {
 	return max(time.Until(s.openedAt.Add(s.openFor)), 0)
 }
 
-// changed records a state change of the underlying breaker, logs it and
-// calls OnChange. gobreaker calls it under its lock, so changes arrive in
+// changed records a state change of the underlying breaker, counts and
+// logs it and calls OnChange. gobreaker calls it under its lock, so changes arrive in
 // order; they are rare, so the log line written meanwhile costs nothing.
 func (s *Store) changed(_ string, _, to gobreaker.State) {
 	now := fromGobreaker(to)
@@ -230,6 +240,7 @@ func (s *Store) changed(_ string, _, to gobreaker.State) {
 		s.openedAt = time.Now()
 	}
 	s.mu.Unlock()
+	s.changes.Add(context.Background(), 1, s.changedTo[now])
 	switch now {
 	case Open:
 		s.log.Warn("store failing; circuit breaker opened", "from", from.String(), "probe_in", s.openFor)

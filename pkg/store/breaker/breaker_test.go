@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
@@ -173,41 +175,63 @@ func TestHalfOpenLetsProbesThrough(t *testing.T) {
 	})
 }
 
-func TestStateMetric(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	s, err := breaker.New(&flaky{err: down}, breaker.Options{
-		Name:          "redis",
-		Failures:      1,
-		MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	state := func() int64 {
-		var rm metricdata.ResourceMetrics
-		if err := reader.Collect(context.Background(), &rm); err != nil {
+func TestMetrics(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reader := sdkmetric.NewManualReader()
+		next := &flaky{err: down}
+		s, err := breaker.New(next, breaker.Options{
+			Name:          "redis",
+			Failures:      1,
+			OpenFor:       time.Second,
+			MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
+		})
+		if err != nil {
 			t.Fatal(err)
 		}
-		for _, sm := range rm.ScopeMetrics {
-			for _, m := range sm.Metrics {
-				g, ok := m.Data.(metricdata.Gauge[int64])
-				if m.Name != "tollgate_breaker_state" || !ok || len(g.DataPoints) != 1 {
-					continue
-				}
-				if name, _ := g.DataPoints[0].Attributes.Value("breaker"); name.AsString() != "redis" {
-					t.Fatalf("breaker attribute %q, want redis", name.AsString())
-				}
-				return g.DataPoints[0].Value
+		// collect returns the state gauge and the changes by state, each
+		// checked to name the breaker.
+		collect := func() (state int64, changes map[string]int64) {
+			var rm metricdata.ResourceMetrics
+			if err := reader.Collect(context.Background(), &rm); err != nil {
+				t.Fatal(err)
 			}
+			changes = map[string]int64{}
+			for _, sm := range rm.ScopeMetrics {
+				for _, m := range sm.Metrics {
+					switch data := m.Data.(type) {
+					case metricdata.Gauge[int64]:
+						for _, dp := range data.DataPoints {
+							checkName(t, dp.Attributes)
+							state = dp.Value
+						}
+					case metricdata.Sum[int64]:
+						for _, dp := range data.DataPoints {
+							checkName(t, dp.Attributes)
+							to, _ := dp.Attributes.Value("to")
+							changes[to.AsString()] = dp.Value
+						}
+					}
+				}
+			}
+			return state, changes
 		}
-		t.Fatal("no tollgate_breaker_state gauge")
-		return -1
-	}
-	if got := state(); got != 0 {
-		t.Errorf("closed breaker: state %d, want 0", got)
-	}
-	apply(s)
-	if got := state(); got != 2 {
-		t.Errorf("open breaker: state %d, want 2", got)
+		if state, changes := collect(); state != 0 || len(changes) != 0 {
+			t.Errorf("new breaker: state %d, changes %v; want 0 and none", state, changes)
+		}
+		apply(s) // opens
+		time.Sleep(time.Second + time.Nanosecond)
+		apply(s) // a failed probe: half-open, then open again
+		state, changes := collect()
+		want := map[string]int64{"open": 2, "half-open": 1}
+		if state != 2 || !maps.Equal(changes, want) {
+			t.Errorf("after a failed probe: state %d, changes %v; want 2 and %v", state, changes, want)
+		}
+	})
+}
+
+func checkName(t *testing.T, attrs attribute.Set) {
+	t.Helper()
+	if name, _ := attrs.Value("breaker"); name.AsString() != "redis" {
+		t.Errorf("breaker attribute %q, want redis", name.AsString())
 	}
 }
