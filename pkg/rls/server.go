@@ -152,22 +152,22 @@ func (s *Server) Health() *health.Server { return s.health }
 // SetServing sets the health of the overall server ("") and of ServiceName
 // to SERVING or NOT_SERVING.
 func (s *Server) SetServing(serving bool) {
-	st := healthpb.HealthCheckResponse_NOT_SERVING
-	if serving {
-		st = healthpb.HealthCheckResponse_SERVING
-	}
-	s.health.SetServingStatus("", st)
-	s.health.SetServingStatus(ServiceName, st)
+	s.health.SetServingStatus("", servingStatus(serving))
+	s.health.SetServingStatus(ServiceName, servingStatus(serving))
 }
 
 // SetStoreHealthy sets the health of StoreServiceName: SERVING while the
 // store answers, NOT_SERVING while decisions are made by failure modes.
 func (s *Server) SetStoreHealthy(healthy bool) {
-	st := healthpb.HealthCheckResponse_NOT_SERVING
-	if healthy {
-		st = healthpb.HealthCheckResponse_SERVING
+	s.health.SetServingStatus(StoreServiceName, servingStatus(healthy))
+}
+
+// servingStatus returns SERVING or NOT_SERVING.
+func servingStatus(serving bool) healthpb.HealthCheckResponse_ServingStatus {
+	if serving {
+		return healthpb.HealthCheckResponse_SERVING
 	}
-	s.health.SetServingStatus(StoreServiceName, st)
+	return healthpb.HealthCheckResponse_NOT_SERVING
 }
 
 // ShouldRateLimit answers one rate-limit request. It never answers with

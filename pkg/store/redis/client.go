@@ -239,36 +239,17 @@ func NewClient(c ClientConfig) (goredis.UniversalClient, error) {
 		return nil, c.scrub(err)
 	}
 	switch c.typ() {
-	case TypeSentinel:
-		return goredis.NewFailoverClient(&goredis.FailoverOptions{
-			MasterName:            c.MasterName,
-			SentinelAddrs:         c.Addrs,
-			Username:              c.Username,
-			Password:              c.Password,
-			DB:                    c.DB,
-			TLSConfig:             tlsCfg,
-			PoolSize:              c.PoolSize,
-			DialTimeout:           c.DialTimeout,
-			ReadTimeout:           c.ReadTimeout,
-			WriteTimeout:          c.WriteTimeout,
-			MaxRetries:            noRetries,
-			DialerRetries:         dialAttempts,
-			ContextTimeoutEnabled: true,
-		}), nil
-	case TypeCluster:
-		return goredis.NewClusterClient(&goredis.ClusterOptions{
-			Addrs:                 c.Addrs,
-			Username:              c.Username,
-			Password:              c.Password,
-			TLSConfig:             tlsCfg,
-			PoolSize:              c.PoolSize,
-			DialTimeout:           c.DialTimeout,
-			ReadTimeout:           c.ReadTimeout,
-			WriteTimeout:          c.WriteTimeout,
-			MaxRetries:            noRetries,
-			DialerRetries:         dialAttempts,
-			ContextTimeoutEnabled: true,
-		}), nil
+	case TypeSentinel, TypeCluster:
+		u := &goredis.UniversalOptions{
+			Addrs: c.Addrs, MasterName: c.MasterName, DB: c.DB,
+			Username: c.Username, Password: c.Password, TLSConfig: tlsCfg, PoolSize: c.PoolSize,
+			DialTimeout: c.DialTimeout, ReadTimeout: c.ReadTimeout, WriteTimeout: c.WriteTimeout,
+			MaxRetries: noRetries, DialerRetries: dialAttempts, ContextTimeoutEnabled: true,
+		}
+		if c.typ() == TypeSentinel {
+			return goredis.NewFailoverClient(u.Failover()), nil
+		}
+		return goredis.NewClusterClient(u.Cluster()), nil
 	}
 	opts := &goredis.Options{Addr: c.Addrs[0]}
 	if isURL(c.Addrs[0]) {
