@@ -132,7 +132,7 @@ func parseFiles(fsys fs.FS, display func(string) string, files []string, opts Op
 				out[i].panic = r
 			}
 		}()
-		p := &parser{file: display(files[i]), opts: opts, errs: &out[i].errs, budget: maxYAMLNodes}
+		p := newParser(display(files[i]), opts, &out[i].errs)
 		out[i].domain = p.parseFile(data[i])
 		data[i] = nil // let the collector have it
 	}

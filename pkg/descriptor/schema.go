@@ -1,11 +1,18 @@
 package descriptor
 
+// This file is tollgate's configuration schema: a file's domain, its
+// defaults and shard_by, the descriptors with their keys, values, actions
+// and failure modes, and rate_limit (envoyproxy/ratelimit's fields and
+// tollgate's algorithm, burst and unit_multiplier). It decodes one file
+// into a Domain with the strict reader of yamlreader.go and checks what
+// involves more than one field: limits that would share a counter,
+// replaces that name no limit, shard_by keys that no descriptor has.
+
 import (
 	"bytes"
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,20 +25,11 @@ import (
 
 // Limits on what one configuration file may hold.
 const (
-	// maxDepth bounds the nesting of descriptors (and of merge keys).
+	// maxDepth bounds the nesting of descriptors.
 	maxDepth = 64
-	// maxYAMLNodes bounds the YAML nodes visited per file, counting each
-	// use of an alias again, so that an alias bomb fails instead of
-	// exhausting memory.
-	maxYAMLNodes = 1 << 20
-	// maxErrors bounds the errors reported per file.
-	maxErrors = 100
 	// maxWindow is the longest window the algorithms support.
 	maxWindow = time.Duration(algorithm.MaxPeriod) * time.Microsecond
 )
-
-// fieldSet is a space-separated list of field names.
-type fieldSet string
 
 // The fields of each YAML mapping. The first group of descriptor and
 // rate_limit fields is envoyproxy/ratelimit's; the rest are tollgate's.
@@ -44,148 +42,15 @@ const (
 	replacesFields fieldSet = "name"
 )
 
-// has reports whether name is one of s's names.
-func (s fieldSet) has(name string) bool {
-	set := string(s)
-	for i := 0; name != "" && i < len(set); {
-		j := strings.Index(set[i:], name)
-		if j < 0 {
-			return false
-		}
-		j += i
-		end := j + len(name)
-		if (j == 0 || set[j-1] == ' ') && (end == len(set) || set[end] == ' ') {
-			return true
-		}
-		i = j + 1
-	}
-	return false
-}
-
-func (s fieldSet) String() string { return strings.Join(strings.Fields(string(s)), ", ") }
-
-// field is one key/value pair of a YAML mapping, merge keys resolved.
-type field struct {
-	name    string
-	key     *yaml.Node
-	val     *yaml.Node // aliases resolved
-	problem string     // set for an unknown or duplicate field
-}
-
-// fields is a decoded mapping.
-type fields []field
-
-func (fs fields) get(name string) *field {
-	for i := range fs {
-		if fs[i].name == name && fs[i].problem == "" {
-			return &fs[i]
-		}
-	}
-	return nil
-}
-
 // parser decodes and validates one file.
 type parser struct {
-	file   string
-	opts   Options
-	errs   *errorList
-	budget int // YAML nodes left to visit
-	nerrs  int // errors reported
-	// exhausted is set once the budget or the error limit is reached;
-	// decoding then stops.
-	exhausted bool
-	fieldSlab slab[field]
+	yamlReader
+	opts Options
 }
 
-// slab hands out values and slices carved from larger blocks. Decoding
-// allocates many small values that live and die together: a slice of
-// fields for every mapping of a file, dropped when the file is decoded,
-// and a node, a rule and its limits for every descriptor, kept as long as
-// the tree. A block for many costs the allocator and the collector much
-// less than one allocation each. Blocks grow from a few values, so a small
-// configuration stays small.
-type slab[T any] struct {
-	free  []T
-	block int // length of the last block
-}
-
-const maxSlabBlock = 256
-
-// take returns a zeroed slice of n values whose capacity is n.
-func (s *slab[T]) take(n int) []T {
-	if n > len(s.free) {
-		s.block = min(max(2*s.block, 8), maxSlabBlock)
-		s.free = make([]T, max(n, s.block))
-	}
-	out := s.free[:n:n]
-	s.free = s.free[n:]
-	return out
-}
-
-// new returns a pointer to a zeroed value.
-func (s *slab[T]) new() *T { return &s.take(1)[0] }
-
-func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
-	line := 0
-	if n != nil {
-		line = n.Line
-	}
-	p.errorAt(line, path, format, args...)
-}
-
-func (p *parser) errorAt(line int, path, format string, args ...any) {
-	if p.exhausted {
-		return
-	}
-	p.nerrs++
-	if p.nerrs > maxErrors {
-		p.exhausted = true
-		p.errs.add(p.file, line, "", "too many errors; stopping")
-		return
-	}
-	p.errs.add(p.file, line, path, format, args...)
-}
-
-// resolve follows aliases and charges the node budget. It returns nil once
-// the budget is spent or decoding has stopped.
-func (p *parser) resolve(n *yaml.Node) *yaml.Node {
-	for n != nil && n.Kind == yaml.AliasNode {
-		n = n.Alias
-	}
-	p.budget--
-	if p.budget < 0 && !p.exhausted {
-		p.errorf(n, "", "the file expands to more than %d YAML nodes (aliases count each time they are used)", maxYAMLNodes)
-		p.exhausted = true
-	}
-	if p.exhausted {
-		return nil
-	}
-	return n
-}
-
-// decodeYAML reads the next document. It turns a panic of the YAML parser
-// into an error, so that no input can crash a reload.
-func decodeYAML(dec *yaml.Decoder, n *yaml.Node) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("yaml: parser failed: %v", r)
-		}
-	}()
-	return dec.Decode(n)
-}
-
-// syntaxError records a YAML parser error, taking the line from its text.
-func (p *parser) syntaxError(err error) {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	line := 0
-	if rest, ok := strings.CutPrefix(msg, "line "); ok {
-		if num, tail, ok := strings.Cut(rest, ": "); ok {
-			if n, err := strconv.Atoi(num); err == nil {
-				line, msg = n, tail
-			}
-		}
-	}
-	p.errs.add(p.file, line, "", "invalid YAML: %s", msg)
+// newParser returns a parser of file that records its problems in errs.
+func newParser(file string, opts Options, errs *errorList) *parser {
+	return &parser{yamlReader: newYAMLReader(file, errs), opts: opts}
 }
 
 // parseFile decodes one file into a domain. It returns nil if the file
@@ -220,170 +85,6 @@ func (p *parser) parseFile(data []byte) *Domain {
 		return nil
 	}
 	return p.domain(root)
-}
-
-// fields decodes the mapping n. Structural problems are reported at once
-// with path; unknown and duplicate fields are marked, for report to record
-// once the caller knows the descriptor's path. It returns nil if n is not a
-// mapping.
-func (p *parser) fields(n *yaml.Node, path, what string, allowed fieldSet) fields {
-	return p.fieldsAt(n, func() string { return path }, what, allowed)
-}
-
-// fieldsAt is fields with the path built only for an error.
-func (p *parser) fieldsAt(n *yaml.Node, path func() string, what string, allowed fieldSet) fields {
-	out := fields(p.fieldSlab.take(len(n.Content) / 2)[:0])
-	if !p.collect(n, path, what, allowed, &out, false, 0) {
-		return nil
-	}
-	return out
-}
-
-func (p *parser) collect(n *yaml.Node, path func() string, what string, allowed fieldSet, out *fields, merged bool, depth int) bool {
-	n = p.resolve(n)
-	if n == nil {
-		return false
-	}
-	if n.Kind != yaml.MappingNode {
-		p.errorf(n, path(), "%s: want a mapping, got %s", what, describe(n))
-		return false
-	}
-	if depth > maxDepth {
-		p.errorf(n, path(), "%s: merge keys nested more than %d deep", what, maxDepth)
-		return false
-	}
-	var merges []*yaml.Node
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k := p.resolve(n.Content[i])
-		v := p.resolve(n.Content[i+1])
-		if k == nil || v == nil {
-			return false
-		}
-		if k.Kind != yaml.ScalarNode {
-			p.errorf(k, path(), "%s: a field name must be a plain string, got %s", what, describe(k))
-			continue
-		}
-		if k.ShortTag() == "!!merge" {
-			merges = append(merges, v)
-			continue
-		}
-		f := field{name: k.Value, key: k, val: v}
-		if prev := out.get(f.name); prev != nil {
-			if merged {
-				continue // a key of the mapping itself, or of an earlier merge, wins
-			}
-			f.problem = fmt.Sprintf("duplicate field %q (first at line %d)", f.name, prev.key.Line)
-		} else if !allowed.has(f.name) {
-			f.problem = fmt.Sprintf("unknown field %q in %s (want one of: %s)", f.name, what, allowed)
-		}
-		*out = append(*out, f)
-	}
-	for _, m := range merges {
-		if m.Kind == yaml.SequenceNode {
-			for _, item := range m.Content {
-				if !p.collect(item, path, what, allowed, out, true, depth+1) {
-					return false
-				}
-			}
-			continue
-		}
-		if !p.collect(m, path, what, allowed, out, true, depth+1) {
-			return false
-		}
-	}
-	return true
-}
-
-// report records the unknown and duplicate fields of fs under path.
-func (p *parser) report(fs fields, path string) {
-	for _, f := range fs {
-		if f.problem != "" {
-			p.errorf(f.key, path, "%s", f.problem)
-		}
-	}
-}
-
-// describe names the kind of a YAML node for an error message.
-func describe(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.ScalarNode:
-		if n.ShortTag() == "!!null" {
-			return "null"
-		}
-		return strconv.Quote(n.Value)
-	}
-	return "a YAML document"
-}
-
-// fieldName names a field in messages, such as "rate_limit.unit", or just
-// name when ctx is empty. The field decoders take ctx and name apart and
-// join them only for a message: a large tree would otherwise build such a
-// string for every field it decodes.
-func fieldName(ctx, name string) string {
-	if ctx == "" {
-		return name
-	}
-	return ctx + "." + name
-}
-
-// str decodes a string field. Any scalar is accepted and taken as written,
-// so "value: 200" is the string "200"; null reads as unset.
-func (p *parser) str(f *field, path, ctx, name string) (string, bool) {
-	if f == nil {
-		return "", false
-	}
-	if f.val.Kind != yaml.ScalarNode {
-		p.errorf(f.val, path, "%s: want a string, got %s", fieldName(ctx, name), describe(f.val))
-		return "", false
-	}
-	if f.val.ShortTag() == "!!null" {
-		return "", false
-	}
-	return f.val.Value, true
-}
-
-// boolean decodes a true/false field; YAML 1.1 spellings such as "yes" are
-// accepted, as envoyproxy/ratelimit's YAML library does.
-func (p *parser) boolean(f *field, path, ctx, name string) bool {
-	if f == nil {
-		return false
-	}
-	if f.val.Kind == yaml.ScalarNode && (f.val.Value == "true" || f.val.Value == "false") && f.val.ShortTag() == "!!bool" {
-		return f.val.Value == "true" // what Decode gives, without reflection
-	}
-	var b bool
-	if f.val.Kind != yaml.ScalarNode || f.val.Decode(&b) != nil {
-		p.errorf(f.val, path, "%s: want true or false, got %s", fieldName(ctx, name), describe(f.val))
-		return false
-	}
-	return b
-}
-
-// uint32Field decodes a whole number between 0 and MaxUint32.
-func (p *parser) uint32Field(f *field, path, ctx, name string) (uint32, bool) {
-	ok := f.val.Kind == yaml.ScalarNode && f.val.ShortTag() == "!!int"
-	var v int64
-	if ok {
-		v, ok = decodeInt(f.val)
-	}
-	if !ok || v < 0 || v > math.MaxUint32 {
-		p.errorf(f.val, path, "%s: want a whole number from 0 to %d, got %s", fieldName(ctx, name), uint32(math.MaxUint32), describe(f.val))
-		return 0, false
-	}
-	return uint32(v), true
-}
-
-// decodeInt decodes an !!int scalar, plain decimals without reflection.
-func decodeInt(n *yaml.Node) (int64, bool) {
-	if i, err := strconv.ParseInt(n.Value, 10, 64); err == nil {
-		return i, true
-	}
-	var v int64
-	return v, n.Decode(&v) == nil
 }
 
 // domainBuilder holds what the descriptors of one domain share.
