@@ -100,11 +100,6 @@ type domainBuilder struct {
 	keys        map[string]bool // every descriptor key
 	refs        []replaceRef
 	noShared    []string // maxDepth times ""
-
-	specs  []limitSpec // the current descriptor's, reused by the next
-	nodes  slab[node]
-	rules  slab[Rule]
-	limits slab[Limit]
 }
 
 // replaceRef is one replaces entry, checked once every name is known.
@@ -310,8 +305,7 @@ func (b *domainBuilder) descriptor(item *yaml.Node, parent *node, parentPath str
 	path := segmentPath(parentPath, key, value)
 	b.report(fs, path)
 
-	n := b.nodes.new()
-	*n = node{key: key, value: value, path: path, line: keyF.key.Line, depth: depth, parent: parent}
+	n := &node{key: key, value: value, path: path, line: keyF.key.Line, depth: depth, parent: parent}
 	parentQuoted := ""
 	if parent != nil {
 		parentQuoted = parent.quotedPath
@@ -363,9 +357,7 @@ func (b *domainBuilder) descriptor(item *yaml.Node, parent *node, parentPath str
 			failureMode, hasFailureMode = m, true
 		}
 	}
-	// The rule is a value until the node turns out to have one, so that a
-	// node without a rule takes none.
-	r := Rule{
+	r := &Rule{
 		Path:           path,
 		Action:         action,
 		Shared:         n.shared,
@@ -375,16 +367,6 @@ func (b *domainBuilder) descriptor(item *yaml.Node, parent *node, parentPath str
 		ValueToMetric:  b.boolean(fs.get("value_to_metric"), path, "", "value_to_metric"),
 		FailureMode:    failureMode,
 		Metadata:       b.metadata(fs.get("metadata"), path),
-	}
-	// specs is b.specs, which the children reuse: take the limits first.
-	counted := 0
-	for _, s := range specs {
-		if !s.unlimited {
-			counted++
-		}
-	}
-	if counted > 0 {
-		r.Limits = b.limits.take(counted)[:0]
 	}
 	for _, s := range specs {
 		if s.unlimited {
@@ -408,8 +390,7 @@ func (b *domainBuilder) descriptor(item *yaml.Node, parent *node, parentPath str
 		}
 		return n
 	}
-	n.rule = b.rules.new()
-	*n.rule = r
+	n.rule = r
 	return n
 }
 
@@ -469,11 +450,10 @@ func joinPath(parent, seg string) string {
 }
 
 // limitSpecs decodes a descriptor's rate_limit or rate_limits and checks
-// them against each other. The result is valid until the next call.
+// them against each other.
 func (b *domainBuilder) limitSpecs(fs fields, path string) []limitSpec {
 	one, many := fs.get("rate_limit"), fs.get("rate_limits")
-	specs := b.specs[:0]
-	defer func() { b.specs = specs[:0] }()
+	var specs []limitSpec
 	switch {
 	case one != nil && many != nil:
 		later := one

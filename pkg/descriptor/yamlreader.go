@@ -83,41 +83,12 @@ type yamlReader struct {
 	// exhausted is set once the budget or the error limit is reached;
 	// decoding then stops.
 	exhausted bool
-	fieldSlab slab[field]
 }
 
 // newYAMLReader returns a reader that records the problems of file in errs.
 func newYAMLReader(file string, errs *errorList) yamlReader {
 	return yamlReader{file: file, errs: errs, budget: maxYAMLNodes}
 }
-
-// slab hands out values and slices carved from larger blocks. Decoding
-// allocates many small values that live and die together: a slice of
-// fields for every mapping of a file, dropped when the file is decoded,
-// and a node, a rule and its limits for every descriptor, kept as long as
-// the tree. A block for many costs the allocator and the collector much
-// less than one allocation each. Blocks grow from a few values, so a small
-// configuration stays small.
-type slab[T any] struct {
-	free  []T
-	block int // length of the last block
-}
-
-const maxSlabBlock = 256
-
-// take returns a zeroed slice of n values whose capacity is n.
-func (s *slab[T]) take(n int) []T {
-	if n > len(s.free) {
-		s.block = min(max(2*s.block, 8), maxSlabBlock)
-		s.free = make([]T, max(n, s.block))
-	}
-	out := s.free[:n:n]
-	s.free = s.free[n:]
-	return out
-}
-
-// new returns a pointer to a zeroed value.
-func (s *slab[T]) new() *T { return &s.take(1)[0] }
 
 func (r *yamlReader) errorf(n *yaml.Node, path, format string, args ...any) {
 	line := 0
@@ -192,7 +163,7 @@ func (r *yamlReader) fields(n *yaml.Node, path, what string, allowed fieldSet) f
 
 // fieldsAt is fields with the path built only for an error.
 func (r *yamlReader) fieldsAt(n *yaml.Node, path func() string, what string, allowed fieldSet) fields {
-	out := fields(r.fieldSlab.take(len(n.Content) / 2)[:0])
+	out := make(fields, 0, len(n.Content)/2)
 	if !r.collect(n, path, what, allowed, &out, false, 0) {
 		return nil
 	}
