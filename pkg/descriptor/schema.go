@@ -121,7 +121,7 @@ func (p *parser) domain(root *yaml.Node) *Domain {
 	b := &domainBuilder{parser: p, d: d, names: map[string]bool{}, keys: map[string]bool{}, noShared: make([]string, maxDepth)}
 
 	nameF := fs.get("domain")
-	name, ok := p.str(nameF, "", "", "domain")
+	name, ok := p.str(nameF, "", "")
 	switch {
 	case nameF == nil:
 		p.errorf(root, "", "missing domain")
@@ -136,7 +136,7 @@ func (p *parser) domain(root *yaml.Node) *Domain {
 		d.root = b.level(f.val, nil, "", 1)
 	}
 	if f := fs.get("shard_by"); f != nil {
-		key, ok := p.str(f, "", "", "shard_by")
+		key, ok := p.str(f, "", "")
 		switch {
 		case !ok || key == "":
 			p.errorf(f.val, "", "shard_by is empty")
@@ -170,7 +170,7 @@ func (b *domainBuilder) defaults(f *field) {
 	}
 	fs := b.fields(f.val, "", "defaults", defaultsFields)
 	b.report(fs, "")
-	if s, ok := b.str(fs.get("algorithm"), "", "defaults", "algorithm"); ok {
+	if s, ok := b.str(fs.get("algorithm"), "", "defaults"); ok {
 		if k, err := algorithm.ParseKind(s); err != nil {
 			b.errorf(fs.get("algorithm").val, "", "defaults.algorithm: %v", err)
 		} else {
@@ -178,7 +178,7 @@ func (b *domainBuilder) defaults(f *field) {
 			b.d.defaults.algorithm = k.String()
 		}
 	}
-	if s, ok := b.str(fs.get("failure_mode"), "", "defaults", "failure_mode"); ok {
+	if s, ok := b.str(fs.get("failure_mode"), "", "defaults"); ok {
 		if m, err := ParseFailureMode(s); err != nil {
 			b.errorf(fs.get("failure_mode").val, "", "defaults.failure_mode: %v", err)
 		} else {
@@ -187,7 +187,7 @@ func (b *domainBuilder) defaults(f *field) {
 		}
 	}
 	if bf := fs.get("burst"); bf != nil {
-		if v, ok := b.uint32Field(bf, "", "defaults", "burst"); ok {
+		if v, ok := b.uint32Field(bf, "", "defaults"); ok {
 			b.burst, b.hasBurst = v, true
 			b.d.defaults.burst, b.d.defaults.hasBurst = v, true
 		}
@@ -265,16 +265,16 @@ type limitSpec struct {
 // returns nil if the descriptor has no usable key.
 func (b *domainBuilder) descriptor(item *yaml.Node, parent *node, parentPath string, idx, depth int) *node {
 	// A descriptor without a usable key is named by its position.
-	placeholder := func() string { return joinPath(parentPath, "descriptors["+strconv.Itoa(idx)+"]") }
+	at := joinPath(parentPath, "descriptors["+strconv.Itoa(idx)+"]")
 	resolved := b.resolve(item)
 	if resolved == nil {
 		return nil
 	}
 	if resolved.Kind != yaml.MappingNode {
-		b.errorf(resolved, placeholder(), "descriptor: want a mapping, got %s", describe(resolved))
+		b.errorf(resolved, at, "descriptor: want a mapping, got %s", describe(resolved))
 		return nil
 	}
-	fs := b.fieldsAt(resolved, placeholder, "descriptor", descriptorFields)
+	fs := b.fields(resolved, at, "descriptor", descriptorFields)
 	if fs == nil {
 		return nil
 	}
@@ -284,7 +284,6 @@ func (b *domainBuilder) descriptor(item *yaml.Node, parent *node, parentPath str
 		key = keyF.val.Value
 	}
 	if key == "" {
-		at := placeholder()
 		b.report(fs, at)
 		switch {
 		case keyF == nil:
@@ -296,12 +295,7 @@ func (b *domainBuilder) descriptor(item *yaml.Node, parent *node, parentPath str
 		}
 		return nil
 	}
-	valueF := fs.get("value")
-	valuePath := "" // built only for an error
-	if valueF != nil && valueF.val.Kind != yaml.ScalarNode {
-		valuePath = joinPath(parentPath, key)
-	}
-	value, _ := b.str(valueF, valuePath, "", "value")
+	value, _ := b.str(fs.get("value"), joinPath(parentPath, key), "")
 	path := segmentPath(parentPath, key, value)
 	b.report(fs, path)
 
@@ -326,7 +320,7 @@ func (b *domainBuilder) descriptor(item *yaml.Node, parent *node, parentPath str
 	b.d.nodes = append(b.d.nodes, n)
 
 	sharedValue := ""
-	if f := fs.get("share_threshold"); b.boolean(f, path, "", "share_threshold") {
+	if f := fs.get("share_threshold"); b.boolean(f, path, "") {
 		if n.wildcard {
 			sharedValue = value
 		} else {
@@ -338,7 +332,7 @@ func (b *domainBuilder) descriptor(item *yaml.Node, parent *node, parentPath str
 	specs := b.limitSpecs(fs, path)
 	actionF := fs.get("action")
 	action := ActionLimit
-	if s, ok := b.str(actionF, path, "", "action"); ok {
+	if s, ok := b.str(actionF, path, ""); ok {
 		if a, err := ParseAction(s); err != nil {
 			b.errorf(actionF.val, path, "action: %v", err)
 		} else {
@@ -350,7 +344,7 @@ func (b *domainBuilder) descriptor(item *yaml.Node, parent *node, parentPath str
 	}
 	failureF := fs.get("failure_mode")
 	failureMode, hasFailureMode := b.failureMode, false
-	if s, ok := b.str(failureF, path, "", "failure_mode"); ok {
+	if s, ok := b.str(failureF, path, ""); ok {
 		if m, err := ParseFailureMode(s); err != nil {
 			b.errorf(failureF.val, path, "failure_mode: %v", err)
 		} else {
@@ -361,10 +355,10 @@ func (b *domainBuilder) descriptor(item *yaml.Node, parent *node, parentPath str
 		Path:           path,
 		Action:         action,
 		Shared:         n.shared,
-		ShadowMode:     b.boolean(fs.get("shadow_mode"), path, "", "shadow_mode"),
-		QuotaMode:      b.boolean(fs.get("quota_mode"), path, "", "quota_mode"),
-		DetailedMetric: b.boolean(fs.get("detailed_metric"), path, "", "detailed_metric"),
-		ValueToMetric:  b.boolean(fs.get("value_to_metric"), path, "", "value_to_metric"),
+		ShadowMode:     b.boolean(fs.get("shadow_mode"), path, ""),
+		QuotaMode:      b.boolean(fs.get("quota_mode"), path, ""),
+		DetailedMetric: b.boolean(fs.get("detailed_metric"), path, ""),
+		ValueToMetric:  b.boolean(fs.get("value_to_metric"), path, ""),
 		FailureMode:    failureMode,
 		Metadata:       b.metadata(fs.get("metadata"), path),
 	}
@@ -508,12 +502,12 @@ func (b *domainBuilder) limit(n, at *yaml.Node, path, ctx string) (limitSpec, bo
 	}
 	b.report(fs, path)
 	s := limitSpec{node: at, ctx: ctx}
-	name, _ := b.str(fs.get("name"), path, ctx, "name")
+	name, _ := b.str(fs.get("name"), path, ctx)
 	s.limit.Name = name
 	if name != "" {
 		b.names[name] = true
 	}
-	s.unlimited = b.boolean(fs.get("unlimited"), path, ctx, "unlimited")
+	s.unlimited = b.boolean(fs.get("unlimited"), path, ctx)
 	if s.unlimited {
 		for _, other := range [...]string{"unit", "requests_per_unit", "algorithm", "burst", "unit_multiplier"} {
 			if f := fs.get(other); f != nil {
@@ -541,7 +535,7 @@ func (b *domainBuilder) counting(fs fields, n *yaml.Node, path, ctx string, l *L
 	unitOK := false
 	if f := fs.get("unit"); f == nil {
 		b.errorf(n, path, "%s: unit is required", ctx)
-	} else if s, ok := b.str(f, path, ctx, "unit"); ok {
+	} else if s, ok := b.str(f, path, ctx); ok {
 		if u, err := ParseUnit(s); err != nil {
 			b.errorf(f.val, path, "%s: %v", ctx, err)
 		} else {
@@ -552,14 +546,14 @@ func (b *domainBuilder) counting(fs fields, n *yaml.Node, path, ctx string, l *L
 	}
 	if f := fs.get("requests_per_unit"); f == nil {
 		b.errorf(n, path, "%s: requests_per_unit is required", ctx)
-	} else if v, ok := b.uint32Field(f, path, ctx, "requests_per_unit"); ok {
+	} else if v, ok := b.uint32Field(f, path, ctx); ok {
 		l.RequestsPerUnit = v
 	}
 
 	l.Algorithm = b.algorithm
 	source := b.algSource
 	if f := fs.get("algorithm"); f != nil {
-		if s, ok := b.str(f, path, ctx, "algorithm"); ok {
+		if s, ok := b.str(f, path, ctx); ok {
 			if k, err := algorithm.ParseKind(s); err != nil {
 				b.errorf(f.val, path, "%s: %v", ctx, err)
 			} else {
@@ -574,7 +568,7 @@ func (b *domainBuilder) counting(fs fields, n *yaml.Node, path, ctx string, l *L
 				from = " (the algorithm comes from " + source + ")"
 			}
 			b.errorf(f.key, path, "%s: burst applies only to token_bucket, not %s%s", ctx, l.Algorithm, from)
-		} else if v, ok := b.uint32Field(f, path, ctx, "burst"); ok {
+		} else if v, ok := b.uint32Field(f, path, ctx); ok {
 			l.Burst = v
 		}
 	} else if l.Algorithm == algorithm.TokenBucket && b.hasBurst {
@@ -583,7 +577,7 @@ func (b *domainBuilder) counting(fs fields, n *yaml.Node, path, ctx string, l *L
 
 	l.UnitMultiplier = 1
 	if f := fs.get("unit_multiplier"); f != nil {
-		if v, ok := b.uint32Field(f, path, ctx, "unit_multiplier"); ok {
+		if v, ok := b.uint32Field(f, path, ctx); ok {
 			switch {
 			case v == 0:
 				b.errorf(f.val, path, "%s: unit_multiplier must be at least 1", ctx)
@@ -620,7 +614,7 @@ func (b *domainBuilder) replaces(f *field, path, ctx, own string) []string {
 		}
 		b.report(fs, path)
 		nameF := fs.get("name")
-		name, _ := b.str(nameF, path, where, "name")
+		name, _ := b.str(nameF, path, where)
 		switch {
 		case nameF == nil:
 			b.errorf(b.resolve(item), path, "%s: name is required", where)

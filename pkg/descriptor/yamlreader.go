@@ -52,6 +52,7 @@ func (s fieldSet) has(name string) bool {
 	return false
 }
 
+// String lists s's names separated by commas, for messages.
 func (s fieldSet) String() string { return strings.Join(strings.Fields(string(s)), ", ") }
 
 // field is one key/value pair of a YAML mapping, merge keys resolved.
@@ -65,6 +66,8 @@ type field struct {
 // fields is a decoded mapping.
 type fields []field
 
+// get returns the first field called name that is neither unknown nor a
+// duplicate, or nil if there is none.
 func (fs fields) get(name string) *field {
 	for i := range fs {
 		if fs[i].name == name && fs[i].problem == "" {
@@ -90,6 +93,7 @@ func newYAMLReader(file string, errs *errorList) yamlReader {
 	return yamlReader{file: file, errs: errs, budget: maxYAMLNodes}
 }
 
+// errorf records a problem at n's line (0 for a nil n) under path.
 func (r *yamlReader) errorf(n *yaml.Node, path, format string, args ...any) {
 	line := 0
 	if n != nil {
@@ -98,6 +102,8 @@ func (r *yamlReader) errorf(n *yaml.Node, path, format string, args ...any) {
 	r.errorAt(line, path, format, args...)
 }
 
+// errorAt records a problem at line under path, or once the error limit is
+// reached, that decoding stops.
 func (r *yamlReader) errorAt(line int, path, format string, args ...any) {
 	if r.exhausted {
 		return
@@ -158,11 +164,6 @@ func (r *yamlReader) syntaxError(err error) {
 // once the caller knows the descriptor's path. It returns nil if n is not a
 // mapping.
 func (r *yamlReader) fields(n *yaml.Node, path, what string, allowed fieldSet) fields {
-	return r.fieldsAt(n, func() string { return path }, what, allowed)
-}
-
-// fieldsAt is fields with the path built only for an error.
-func (r *yamlReader) fieldsAt(n *yaml.Node, path func() string, what string, allowed fieldSet) fields {
 	out := make(fields, 0, len(n.Content)/2)
 	if !r.collect(n, path, what, allowed, &out, false, 0) {
 		return nil
@@ -170,17 +171,20 @@ func (r *yamlReader) fieldsAt(n *yaml.Node, path func() string, what string, all
 	return out
 }
 
-func (r *yamlReader) collect(n *yaml.Node, path func() string, what string, allowed fieldSet, out *fields, merged bool, depth int) bool {
+// collect appends the fields of the mapping n to out, then those of its
+// merge keys, which do not override a field already present (merged is
+// set for them).
+func (r *yamlReader) collect(n *yaml.Node, path, what string, allowed fieldSet, out *fields, merged bool, depth int) bool {
 	n = r.resolve(n)
 	if n == nil {
 		return false
 	}
 	if n.Kind != yaml.MappingNode {
-		r.errorf(n, path(), "%s: want a mapping, got %s", what, describe(n))
+		r.errorf(n, path, "%s: want a mapping, got %s", what, describe(n))
 		return false
 	}
 	if depth > maxMergeDepth {
-		r.errorf(n, path(), "%s: merge keys nested more than %d deep", what, maxMergeDepth)
+		r.errorf(n, path, "%s: merge keys nested more than %d deep", what, maxMergeDepth)
 		return false
 	}
 	var merges []*yaml.Node
@@ -191,7 +195,7 @@ func (r *yamlReader) collect(n *yaml.Node, path func() string, what string, allo
 			return false
 		}
 		if k.Kind != yaml.ScalarNode {
-			r.errorf(k, path(), "%s: a field name must be a plain string, got %s", what, describe(k))
+			r.errorf(k, path, "%s: a field name must be a plain string, got %s", what, describe(k))
 			continue
 		}
 		if k.ShortTag() == "!!merge" {
@@ -250,25 +254,27 @@ func describe(n *yaml.Node) string {
 	return "a YAML document"
 }
 
-// fieldName names a field in messages, such as "rate_limit.unit", or just
-// name when ctx is empty. The field decoders take ctx and name apart and
-// join them only for a message: a large tree would otherwise build such a
-// string for every field it decodes.
-func fieldName(ctx, name string) string {
+// fieldName names f in messages: "rate_limit.unit" for the field unit of
+// the mapping that ctx names, or just "unit" when ctx is empty.
+func fieldName(ctx string, f *field) string {
 	if ctx == "" {
-		return name
+		return f.name
 	}
-	return ctx + "." + name
+	return ctx + "." + f.name
 }
+
+// The field decoders below take f, which may be nil for an absent field,
+// the descriptor path to report problems under, and ctx, which names the
+// mapping that holds f in messages (see fieldName).
 
 // str decodes a string field. Any scalar is accepted and taken as written,
 // so "value: 200" is the string "200"; null reads as unset.
-func (r *yamlReader) str(f *field, path, ctx, name string) (string, bool) {
+func (r *yamlReader) str(f *field, path, ctx string) (string, bool) {
 	if f == nil {
 		return "", false
 	}
 	if f.val.Kind != yaml.ScalarNode {
-		r.errorf(f.val, path, "%s: want a string, got %s", fieldName(ctx, name), describe(f.val))
+		r.errorf(f.val, path, "%s: want a string, got %s", fieldName(ctx, f), describe(f.val))
 		return "", false
 	}
 	if f.val.ShortTag() == "!!null" {
@@ -279,7 +285,7 @@ func (r *yamlReader) str(f *field, path, ctx, name string) (string, bool) {
 
 // boolean decodes a true/false field; YAML 1.1 spellings such as "yes" are
 // accepted, as envoyproxy/ratelimit's YAML library does.
-func (r *yamlReader) boolean(f *field, path, ctx, name string) bool {
+func (r *yamlReader) boolean(f *field, path, ctx string) bool {
 	if f == nil {
 		return false
 	}
@@ -288,21 +294,21 @@ func (r *yamlReader) boolean(f *field, path, ctx, name string) bool {
 	}
 	var b bool
 	if f.val.Kind != yaml.ScalarNode || f.val.Decode(&b) != nil {
-		r.errorf(f.val, path, "%s: want true or false, got %s", fieldName(ctx, name), describe(f.val))
+		r.errorf(f.val, path, "%s: want true or false, got %s", fieldName(ctx, f), describe(f.val))
 		return false
 	}
 	return b
 }
 
 // uint32Field decodes a whole number between 0 and MaxUint32.
-func (r *yamlReader) uint32Field(f *field, path, ctx, name string) (uint32, bool) {
+func (r *yamlReader) uint32Field(f *field, path, ctx string) (uint32, bool) {
 	ok := f.val.Kind == yaml.ScalarNode && f.val.ShortTag() == "!!int"
 	var v int64
 	if ok {
 		v, ok = decodeInt(f.val)
 	}
 	if !ok || v < 0 || v > math.MaxUint32 {
-		r.errorf(f.val, path, "%s: want a whole number from 0 to %d, got %s", fieldName(ctx, name), uint32(math.MaxUint32), describe(f.val))
+		r.errorf(f.val, path, "%s: want a whole number from 0 to %d, got %s", fieldName(ctx, f), uint32(math.MaxUint32), describe(f.val))
 		return 0, false
 	}
 	return uint32(v), true
