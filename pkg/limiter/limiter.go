@@ -16,7 +16,6 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/store"
-	"github.com/tollgatehq/tollgate/pkg/store/breaker"
 )
 
 // Unlimited is the Remaining reported for unlimited and allow-listed
@@ -30,8 +29,9 @@ const storeErrorLogInterval = 10 * time.Second
 // DefaultDeadlineMargin is the default of Options.DeadlineMargin.
 const DefaultDeadlineMargin = 2 * time.Millisecond
 
-// closedRetryAfter is the Retry-After of a rule that fails closed while the
-// store's circuit breaker has not opened (or is probing).
+// closedRetryAfter is the Retry-After of a rule that fails closed when the
+// store's error does not say when to retry: the circuit breaker has not
+// opened, or is probing.
 const closedRetryAfter = time.Second
 
 // ErrInvalidRequest reports a request the engine cannot decide because it is
@@ -843,9 +843,10 @@ func shareOf(n, share int64) int64 {
 
 // failureStatus answers a counted descriptor whose store could not decide
 // and which the fallback did not decide. Failure mode closed rejects it,
-// retrying once the store's circuit breaker may close; open (and local
-// without a working fallback) admits it, with no current limit and no
-// invented remaining.
+// with a Retry-After of the wait the store's error names (a
+// store.RetryAfterError, such as an open circuit breaker's) or else
+// closedRetryAfter; open (and local without a working fallback) admits it,
+// with no current limit and no invented remaining.
 func (l *Limiter) failureStatus(s *scratch, st *descState, err error) Status {
 	if l.failureMode(st) != descriptor.FailClosed {
 		return Status{Code: OK}
@@ -854,9 +855,8 @@ func (l *Limiter) failureStatus(s *scratch, st *descState, err error) Status {
 	if st.nHits > 0 {
 		out.Limit = s.limits[st.firstHit]
 	}
-	var open *breaker.OpenError
-	if errors.As(err, &open) && open.RetryAfter > 0 {
-		out.RetryAfter = open.RetryAfter
+	if r, ok := errors.AsType[store.RetryAfterError](err); ok && r.RetryAfter() > 0 {
+		out.RetryAfter = r.RetryAfter()
 	}
 	out.ResetAfter = out.RetryAfter
 	return out

@@ -6,6 +6,7 @@ package store
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
 )
@@ -49,3 +50,13 @@ type Store interface {
 // outage or an open circuit breaker. Stores wrap it so callers can apply a
 // rule's failure mode with errors.Is.
 var ErrUnavailable = errors.New("store unavailable")
+
+// RetryAfterError is an error that knows when the store may answer again,
+// such as the refusal of a circuit breaker that is open. Stores return it
+// wrapping ErrUnavailable; callers find it with errors.As, so that a rule
+// that fails closed can tell clients when to come back. RetryAfter returns
+// the wait, or 0 when it is not known.
+type RetryAfterError interface {
+	error
+	RetryAfter() time.Duration
+}
