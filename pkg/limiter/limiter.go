@@ -54,8 +54,8 @@ var ErrInvalidRequest = errors.New("invalid rate-limit request")
 
 // ErrUnavailable reports that the engine could not decide because its store
 // could not; it is store.ErrUnavailable, so errors.Is matches either. Check
-// returns it only where a rule's failure mode asks for an error rather than
-// an answer.
+// itself does not return it, since every failure mode answers; the
+// adapters map it, to gRPC Unavailable and HTTP 503, for checkers that do.
 var ErrUnavailable = store.ErrUnavailable
 
 // Options configures a Limiter. Store and Tree are required; every other

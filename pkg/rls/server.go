@@ -1,8 +1,11 @@
 // Package rls serves Envoy's rate-limit service,
 // envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit, over gRPC. It
 // turns the protobuf request into a limiter.Request, asks the engine, and
-// turns the limiter.Response back into a RateLimitResponse. It is the only
-// package besides the command line that imports Envoy's protos.
+// turns the limiter.Response back into a RateLimitResponse. On the serving
+// side it is the only package that imports Envoy's protos: the engine and
+// the HTTP API see plain Go values. (Packages rlsclient and loadgen import
+// them too, to call a rate-limit service from the query and bench
+// commands.)
 //
 // The engine checks requests, structure and bounds alike (see
 // limiter.Options); this adapter checks only what the conversion needs, an

@@ -1,6 +1,10 @@
 // Package store defines how the limiter hands a batch of hits to a counting
-// backend. Backends live in sub-packages: memory (the default), redis and
-// cached.
+// backend, and the errors a backend reports: ErrUnavailable, which the
+// limiter answers by the rules' failure modes, and RetryAfterError, which
+// tells it when to come back. Backends live in sub-packages: memory (in
+// process, the default and the fallback of failure mode local) and redis
+// (shared by a fleet). breaker wraps any store in a circuit breaker, and
+// storetest holds stores for tests.
 package store
 
 import (
