@@ -110,6 +110,11 @@ func (a *App) build(ctx context.Context) error {
 		ShadowMode:         s.ShadowMode,
 		DefaultAlgorithm:   treeOpts.DefaultAlgorithm,
 		DefaultFailureMode: treeOpts.DefaultFailureMode,
+		MaxDescriptors:     s.MaxDescriptors,
+		MaxEntries:         s.MaxEntries,
+		MaxKeyLen:          s.MaxKeyLen,
+		MaxValueLen:        s.MaxValueLen,
+		MaxHits:            uint64(s.MaxHits),
 		Logger:             a.logger,
 		MeterProvider:      meters,
 	}
@@ -124,15 +129,7 @@ func (a *App) build(ctx context.Context) error {
 		return err
 	}
 
-	a.rls = rls.New(rls.Options{
-		Limiter:        lim,
-		MaxDescriptors: s.MaxDescriptors,
-		MaxEntries:     s.MaxEntries,
-		MaxKeyLen:      s.MaxKeyLen,
-		MaxValueLen:    s.MaxValueLen,
-		MaxHits:        uint64(s.MaxHits),
-		Logger:         a.logger,
-	})
+	a.rls = rls.New(rls.Options{Limiter: lim, Logger: a.logger})
 	a.grpc = grpc.NewServer(
 		// Serve calls on long-lived workers rather than a goroutine per
 		// call: a fresh goroutine grows its stack on every call, which
@@ -147,7 +144,6 @@ func (a *App) build(ctx context.Context) error {
 	a.http = &http.Server{
 		Handler: httpapi.New(httpapi.Options{
 			Limiter:     lim,
-			Validate:    a.rls.Validate,
 			JSON:        a.rls.JSONHandler(),
 			Metrics:     a.telemetry.Handler(),
 			Ready:       a.ready,

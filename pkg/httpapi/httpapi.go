@@ -26,13 +26,13 @@ type Checker interface {
 // Options configure the HTTP handler. Limiter is required; a nil JSON or
 // Metrics handler leaves that path unserved, and a nil Ready is always ready.
 type Options struct {
+	// Limiter decides requests, and checks them: a request it rejects as
+	// malformed or beyond its bounds (limiter.ErrInvalidRequest) is
+	// answered 400 with the reason.
 	Limiter Checker
-	// Validate checks a request against the service's bounds (sizes and
-	// counts); nil applies none. The limiter checks the structure.
-	Validate func(*limiter.Request) error
-	JSON     http.Handler // envoyproxy/ratelimit's POST /json
-	Metrics  http.Handler // GET /metrics
-	Ready    func() error
+	JSON    http.Handler // envoyproxy/ratelimit's POST /json
+	Metrics http.Handler // GET /metrics
+	Ready   func() error
 	// Degraded returns why a ready service answers without its store, or
 	// ""; /readyz reports it and stays 200. Nil is never degraded.
 	Degraded    func() string
@@ -137,12 +137,6 @@ func (h *handler) check(w http.ResponseWriter, r *http.Request) {
 		req.Descriptors[i] = limiter.Descriptor{Entries: d.Entries, Refund: d.Refund}
 		if d.Hits != nil {
 			req.Descriptors[i].Hits, req.Descriptors[i].HasHits = *d.Hits, true
-		}
-	}
-	if h.opts.Validate != nil {
-		if err := h.opts.Validate(req); err != nil {
-			writeError(w, http.StatusBadRequest, err.Error())
-			return
 		}
 	}
 	resp, err := h.opts.Limiter.Check(r.Context(), req)

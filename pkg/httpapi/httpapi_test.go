@@ -32,21 +32,16 @@ func newHandler(t *testing.T, ready func() error) http.Handler {
 	}
 	now := func() time.Time { return time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC) }
 	lim, err := limiter.New(limiter.Options{
-		Store:       memory.New(memory.Options{Now: now}),
-		Tree:        func() *descriptor.Tree { return tree },
-		HeaderStyle: limiter.HeadersXRateLimit,
-		Now:         now,
+		Store:          memory.New(memory.Options{Now: now}),
+		Tree:           func() *descriptor.Tree { return tree },
+		HeaderStyle:    limiter.HeadersXRateLimit,
+		Now:            now,
+		MaxDescriptors: 1,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	maxOne := func(r *limiter.Request) error {
-		if len(r.Descriptors) > 1 {
-			return errors.New("descriptors: 2 exceed the limit of 1")
-		}
-		return nil
-	}
-	return New(Options{Limiter: lim, Validate: maxOne, Ready: ready})
+	return New(Options{Limiter: lim, Ready: ready})
 }
 
 func post(h http.Handler, body string) *httptest.ResponseRecorder {
@@ -94,7 +89,6 @@ func TestCheckRejectsBadInput(t *testing.T) {
 		{`{"descriptors":[{"entries":[{"key":"user","value":"u"}]}]}`, "empty domain"},
 		{`{"domain":"api"}`, "no descriptors"},
 		{`{"domain":"api","descriptors":[{"entries":[{"key":"","value":"u"}]}]}`, "descriptors[0].entries[0]: empty key"},
-		{`{"domain":"api","descriptors":[{"entries":[{"key":"a","value":"b"}]},{"entries":[{"key":"a","value":"b"}]}]}`, "exceed the limit of 1"},
 		{`{"domain":"api","descriptors":[{"entries":[{"key":"a","value":"` + strings.Repeat("x", 2<<20) + `"}]}]}`, "request body too large"},
 	}
 	for _, tt := range tests {
@@ -102,6 +96,16 @@ func TestCheckRejectsBadInput(t *testing.T) {
 		if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), tt.want) {
 			t.Errorf("body %.60s: %d %s, want 400 containing %q", tt.body, rec.Code, rec.Body, tt.want)
 		}
+	}
+}
+
+// TestCheckBeyondBounds shows that a request beyond the engine's bounds
+// (tested in package limiter) is answered 400 with the reason.
+func TestCheckBeyondBounds(t *testing.T) {
+	rec := post(newHandler(t, nil), `{"domain":"api","descriptors":[{"entries":[{"key":"a","value":"b"}]},{"entries":[{"key":"a","value":"b"}]}]}`)
+	const want = `{"error":"invalid rate-limit request: 2 descriptors exceed the limit of 1","status":"400"}` + "\n"
+	if rec.Code != http.StatusBadRequest || rec.Body.String() != want {
+		t.Errorf("got %d %s, want 400 %s", rec.Code, rec.Body, want)
 	}
 }
 

@@ -6,6 +6,20 @@
 // of Envoy's protos; package rls adapts it to gRPC and package httpapi to
 // HTTP.
 //
+// # Requests
+//
+// Check rejects a malformed request with an error wrapping
+// ErrInvalidRequest that names the descriptor and entry by index, before
+// anything is counted: no domain, no descriptors, a descriptor without
+// entries, an entry without a key, an override without a valid unit. It
+// rejects a request beyond the bounds of Options the same way: more than
+// MaxDescriptors descriptors or MaxEntries entries in one, a domain or key
+// longer than MaxKeyLen bytes, a value longer than MaxValueLen, a
+// hits_addend (of the request or of a descriptor) above MaxHits. Zero
+// bounds are the defaults (DefaultMaxDescriptors and so on). The engine
+// owns these checks so that every adapter applies the same ones; the
+// adapters only map the error, to gRPC InvalidArgument and HTTP 400.
+//
 // # Policy
 //
 // A descriptor is answered by the first that applies of:
@@ -64,12 +78,33 @@
 //
 // # Store failures
 //
-// When the store fails, the counted descriptors answer OK with no current
-// limit and no invented remaining, the answer carries "X-RateLimit-Policy:
-// degraded", and the failure is counted and logged at most once per 10
-// seconds. Deny lists still deny. Per-rule failure modes (Rule.FailureMode)
-// are to be added in Limiter.failureStatus. When the request's context has
-// ended, Check returns the context's error instead.
+// With Options.StoreTimeout set, every store call ends at the earlier of
+// that timeout and the caller's deadline less Options.DeadlineMargin, and a
+// caller that leaves the store less than a millisecond is answered as if
+// the store had failed, without asking it. When the store fails, the
+// request is answered, not failed: each counted descriptor by its rule's
+// failure mode (Rule.FailureMode; an Envoy override on a descriptor without
+// a rule by Options.DefaultFailureMode):
+//
+//   - open (the default): OK with no current limit and no invented
+//     remaining;
+//   - closed: OVER_LIMIT, reporting the descriptor's first limit, with
+//     Retry-After the wait the store's error names when it is a
+//     store.RetryAfterError (as an open circuit breaker's refusal is),
+//     else one second;
+//   - local: decided by Options.Fallback, an in-process store, with every
+//     limit divided by Options.FallbackShare (at least 1 unless it is 0),
+//     and reported with that share as its current limit. The local hits of
+//     a request that a closed descriptor rejects only check. Without a
+//     fallback, or when it fails too, local answers as open.
+//
+// Shadow mode still wins (a closed rule in shadow mode answers OK), and
+// deny and allow lists, which the store never decides, answer as always.
+// Every answer decided without the store carries "X-RateLimit-Policy:
+// degraded"; the descriptors not decided locally are counted in metrics as
+// degraded, and the failure is counted and logged at most once per 10
+// seconds. When the request's context has ended, Check returns the
+// context's error instead of an answer.
 //
 // # Headers
 //

@@ -16,7 +16,6 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/store"
-	"github.com/tollgatehq/tollgate/pkg/store/breaker"
 )
 
 // Unlimited is the Remaining reported for unlimited and allow-listed
@@ -30,20 +29,33 @@ const storeErrorLogInterval = 10 * time.Second
 // DefaultDeadlineMargin is the default of Options.DeadlineMargin.
 const DefaultDeadlineMargin = 2 * time.Millisecond
 
-// closedRetryAfter is the Retry-After of a rule that fails closed while the
-// store's circuit breaker has not opened (or is probing).
+// The defaults of the request bounds in Options.
+const (
+	DefaultMaxDescriptors = 64
+	DefaultMaxEntries     = 32
+	DefaultMaxKeyLen      = 256
+	DefaultMaxValueLen    = 4096
+	DefaultMaxHits        = 1_000_000
+)
+
+// closedRetryAfter is the Retry-After of a rule that fails closed when the
+// store's error does not say when to retry: the circuit breaker has not
+// opened, or is probing.
 const closedRetryAfter = time.Second
 
 // ErrInvalidRequest reports a request the engine cannot decide because it is
-// malformed: no domain, no descriptors, a descriptor without entries, an
-// entry without a key or an override without a valid unit. Errors that wrap
-// it name the offending descriptor and entry by index.
+// malformed (no domain, no descriptors, a descriptor without entries, an
+// entry without a key, an override without a valid unit) or exceeds the
+// request bounds of Options (too many descriptors or entries, a domain, key
+// or value too long, a hits_addend too large). Errors that wrap it name the
+// offending descriptor and entry by index. The adapters answer it with
+// gRPC InvalidArgument and HTTP 400.
 var ErrInvalidRequest = errors.New("invalid rate-limit request")
 
 // ErrUnavailable reports that the engine could not decide because its store
 // could not; it is store.ErrUnavailable, so errors.Is matches either. Check
-// returns it only where a rule's failure mode asks for an error rather than
-// an answer.
+// itself does not return it, since every failure mode answers; the
+// adapters map it, to gRPC Unavailable and HTTP 503, for checkers that do.
 var ErrUnavailable = store.ErrUnavailable
 
 // Options configures a Limiter. Store and Tree are required; every other
@@ -84,6 +96,21 @@ type Options struct {
 	// while Store is down: the fallback enforces limit / FallbackShare (at
 	// least 1 unless the limit is 0). Zero means 1.
 	FallbackShare int
+	// MaxDescriptors bounds the descriptors of one request; 0 means
+	// DefaultMaxDescriptors.
+	MaxDescriptors int
+	// MaxEntries bounds the entries of one descriptor; 0 means
+	// DefaultMaxEntries.
+	MaxEntries int
+	// MaxKeyLen bounds the bytes of the domain and of every entry key; 0
+	// means DefaultMaxKeyLen.
+	MaxKeyLen int
+	// MaxValueLen bounds the bytes of every entry value; 0 means
+	// DefaultMaxValueLen.
+	MaxValueLen int
+	// MaxHits bounds hits_addend, of the request and of each descriptor; 0
+	// means DefaultMaxHits.
+	MaxHits uint64
 	// Now is the clock used for reset timestamps and latency; nil means
 	// time.Now.
 	Now func() time.Time
@@ -197,6 +224,7 @@ type Limiter struct {
 	margin      time.Duration
 	fallback    store.Store
 	share       int64
+	bounds      bounds
 	now         func() time.Time
 	since       func(time.Time) time.Duration // the time elapsed since one now returned
 	log         *slog.Logger
@@ -234,6 +262,19 @@ func New(opts Options) (*Limiter, error) {
 	if opts.HeaderStyle > HeadersIETF {
 		return nil, fmt.Errorf("limiter: unknown header style %d", opts.HeaderStyle)
 	}
+	for _, b := range []struct {
+		name string
+		v    int
+	}{
+		{"descriptors", opts.MaxDescriptors},
+		{"entries", opts.MaxEntries},
+		{"key length", opts.MaxKeyLen},
+		{"value length", opts.MaxValueLen},
+	} {
+		if b.v < 0 {
+			return nil, fmt.Errorf("limiter: negative maximum %s %d", b.name, b.v)
+		}
+	}
 	l := &Limiter{
 		store:       opts.Store,
 		tree:        opts.Tree,
@@ -245,8 +286,15 @@ func New(opts Options) (*Limiter, error) {
 		margin:      opts.DeadlineMargin,
 		fallback:    opts.Fallback,
 		share:       int64(max(opts.FallbackShare, 1)),
-		now:         opts.Now,
-		log:         opts.Logger,
+		bounds: bounds{
+			descriptors: orDefault(opts.MaxDescriptors, DefaultMaxDescriptors),
+			entries:     orDefault(opts.MaxEntries, DefaultMaxEntries),
+			keyLen:      orDefault(opts.MaxKeyLen, DefaultMaxKeyLen),
+			valueLen:    orDefault(opts.MaxValueLen, DefaultMaxValueLen),
+			hits:        orDefault(opts.MaxHits, DefaultMaxHits),
+		},
+		now: opts.Now,
+		log: opts.Logger,
 	}
 	if l.margin == 0 {
 		l.margin = DefaultDeadlineMargin
@@ -337,37 +385,8 @@ type answer struct {
 	headers  [6]Header
 }
 
-// Validate reports whether req is well formed, with an error wrapping
-// ErrInvalidRequest that names the offending descriptor and entry.
-func Validate(req *Request) error {
-	if req == nil {
-		return fmt.Errorf("%w: no request", ErrInvalidRequest)
-	}
-	if req.Domain == "" {
-		return fmt.Errorf("%w: empty domain", ErrInvalidRequest)
-	}
-	if len(req.Descriptors) == 0 {
-		return fmt.Errorf("%w: no descriptors", ErrInvalidRequest)
-	}
-	for i := range req.Descriptors {
-		d := &req.Descriptors[i]
-		if len(d.Entries) == 0 {
-			return fmt.Errorf("%w: descriptors[%d]: no entries", ErrInvalidRequest, i)
-		}
-		for j := range d.Entries {
-			if d.Entries[j].Key == "" {
-				return fmt.Errorf("%w: descriptors[%d].entries[%d]: empty key", ErrInvalidRequest, i, j)
-			}
-		}
-		if o := d.Override; o != nil && o.Unit.Duration() == 0 {
-			return fmt.Errorf("%w: descriptors[%d].limit: invalid unit %d", ErrInvalidRequest, i, o.Unit)
-		}
-	}
-	return nil
-}
-
 // Check decides req. It returns an error wrapping ErrInvalidRequest for a
-// malformed request and the context's error when ctx ends before the store
+// malformed request or one beyond the bounds of Options, and the context's error when ctx ends before the store
 // answers; a store failure is not an error but answers by the rules' failure
 // modes, marked degraded.
 func (l *Limiter) Check(ctx context.Context, req *Request) (*Response, error) {
@@ -387,7 +406,7 @@ func (l *Limiter) Check(ctx context.Context, req *Request) (*Response, error) {
 // in resp stay valid after resp is reused; resp itself must not be used by
 // anyone else meanwhile.
 func (l *Limiter) CheckInto(ctx context.Context, req *Request, resp *Response) error {
-	if err := Validate(req); err != nil {
+	if err := l.bounds.validate(req); err != nil {
 		return err
 	}
 	start := l.now()
@@ -843,9 +862,10 @@ func shareOf(n, share int64) int64 {
 
 // failureStatus answers a counted descriptor whose store could not decide
 // and which the fallback did not decide. Failure mode closed rejects it,
-// retrying once the store's circuit breaker may close; open (and local
-// without a working fallback) admits it, with no current limit and no
-// invented remaining.
+// with a Retry-After of the wait the store's error names (a
+// store.RetryAfterError, such as an open circuit breaker's) or else
+// closedRetryAfter; open (and local without a working fallback) admits it,
+// with no current limit and no invented remaining.
 func (l *Limiter) failureStatus(s *scratch, st *descState, err error) Status {
 	if l.failureMode(st) != descriptor.FailClosed {
 		return Status{Code: OK}
@@ -854,9 +874,8 @@ func (l *Limiter) failureStatus(s *scratch, st *descState, err error) Status {
 	if st.nHits > 0 {
 		out.Limit = s.limits[st.firstHit]
 	}
-	var open *breaker.OpenError
-	if errors.As(err, &open) && open.RetryAfter > 0 {
-		out.RetryAfter = open.RetryAfter
+	if r, ok := errors.AsType[store.RetryAfterError](err); ok && r.RetryAfter() > 0 {
+		out.RetryAfter = r.RetryAfter()
 	}
 	out.ResetAfter = out.RetryAfter
 	return out

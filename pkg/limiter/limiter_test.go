@@ -360,9 +360,11 @@ descriptors:
 		{name: "refund", desc: Descriptor{Hits: 2, HasHits: true, Refund: true}, wantCost: -2, wantRemaining: 10},
 		{name: "huge descriptor hits", desc: Descriptor{Hits: 1 << 63, HasHits: true}, wantCost: 1<<63 - 1, wantRemaining: 10},
 	}
+	// No bound on hits, so that the cost arithmetic is tested to the end.
+	noBound := func(o *Options) { o.MaxHits = ^uint64(0) }
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := newFixture(t, yaml, nil)
+			f := newFixture(t, yaml, noBound)
 			dd := tt.desc
 			dd.Entries = entries("k=v")
 			resp := f.check(t, &Request{Domain: "api", Hits: tt.reqHits, Descriptors: []Descriptor{dd}})
@@ -751,38 +753,6 @@ func TestCheckContextEnded(t *testing.T) {
 	_, err := f.lim.Check(ctx, req("api", d("api_key=a")))
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Check error = %v, want context.Canceled", err)
-	}
-}
-
-func TestValidate(t *testing.T) {
-	ok := Descriptor{Entries: entries("k=v")}
-	tests := []struct {
-		name string
-		req  *Request
-		want string // error text after the ErrInvalidRequest prefix; "" for valid
-	}{
-		{name: "valid", req: &Request{Domain: "d", Descriptors: []Descriptor{ok}}},
-		{name: "empty value is fine", req: &Request{Domain: "d", Descriptors: []Descriptor{{Entries: entries("k=")}}}},
-		{name: "nil", want: "no request"},
-		{name: "no domain", req: &Request{Descriptors: []Descriptor{ok}}, want: "empty domain"},
-		{name: "no descriptors", req: &Request{Domain: "d"}, want: "no descriptors"},
-		{name: "no entries", req: &Request{Domain: "d", Descriptors: []Descriptor{ok, {}}}, want: "descriptors[1]: no entries"},
-		{name: "empty key", req: &Request{Domain: "d", Descriptors: []Descriptor{{Entries: entries("k=v", "=v")}}}, want: "descriptors[0].entries[1]: empty key"},
-		{name: "override unit", req: &Request{Domain: "d", Descriptors: []Descriptor{{Entries: entries("k=v"), Override: &Override{RequestsPerUnit: 1}}}}, want: "descriptors[0].limit: invalid unit 0"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			err := Validate(tt.req)
-			if tt.want == "" {
-				if err != nil {
-					t.Fatalf("Validate = %v, want nil", err)
-				}
-				return
-			}
-			if !errors.Is(err, ErrInvalidRequest) || err.Error() != ErrInvalidRequest.Error()+": "+tt.want {
-				t.Errorf("Validate = %v, want %q wrapping ErrInvalidRequest", err, tt.want)
-			}
-		})
 	}
 }
 

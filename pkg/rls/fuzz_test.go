@@ -177,13 +177,15 @@ func FuzzShouldRateLimit(f *testing.F) {
 				FallbackShare: 3,
 				Now:           now,
 				Logger:        log,
+				// Any hits_addend reaches the counting, whose cost
+				// arithmetic must hold for all of them; the limiter's
+				// tests cover the bound.
+				MaxDescriptors: 16, MaxEntries: 8, MaxKeyLen: 64, MaxValueLen: 256, MaxHits: math.MaxUint64,
 			})
 			if err != nil {
 				t.Fatalf("limiter.New: %v", err)
 			}
-			// Any hits_addend reaches the limiter, whose cost arithmetic
-			// must hold for all of them; TestValidate covers the bound.
-			return New(Options{Limiter: l, MaxDescriptors: 16, MaxEntries: 8, MaxKeyLen: 64, MaxValueLen: 256, MaxHits: math.MaxUint64, Logger: log})
+			return New(Options{Limiter: l, Logger: log})
 		}
 		up := newServer(memory.New(memory.Options{MaxKeys: 10000, Now: now}), nil)
 		down := newServer(storetest.Failing{Err: store.ErrUnavailable}, memory.New(memory.Options{MaxKeys: 1000, Now: now}))

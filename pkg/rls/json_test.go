@@ -66,7 +66,7 @@ func TestJSONHandler(t *testing.T) {
 			name:       "malformed request",
 			body:       `{"domain":"api","descriptors":[{"entries":[{"key":""}]}]}`,
 			wantStatus: http.StatusBadRequest,
-			wantText:   "descriptors[0].entries[0]: empty key\n",
+			wantText:   "invalid rate-limit request: descriptors[0].entries[0]: empty key\n",
 		},
 		{
 			name:       "too large",

@@ -1,18 +1,20 @@
 // Package rls serves Envoy's rate-limit service,
 // envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit, over gRPC. It
 // turns the protobuf request into a limiter.Request, asks the engine, and
-// turns the limiter.Response back into a RateLimitResponse. It is the only
-// package besides the command line that imports Envoy's protos.
+// turns the limiter.Response back into a RateLimitResponse. On the serving
+// side it is the only package that imports Envoy's protos: the engine and
+// the HTTP API see plain Go values. (Packages rlsclient and loadgen import
+// them too, to call a rate-limit service from the query and bench
+// commands.)
 //
-// Requests are checked before they reach the engine: a missing domain, no
-// descriptors, a descriptor without entries, an entry without a key, too
-// many descriptors or entries, an oversized key or value, or an override
-// with an unknown unit is answered with codes.InvalidArgument and a message
-// naming the descriptor and entry by index, such as
-// "descriptors[2].entries[0]: empty key". Keys and values are compared as
-// bytes: invalid UTF-8 is accepted, since proto3 strings from Envoy are
-// already validated by the protobuf decoder and the engine never interprets
-// them.
+// The engine checks requests, structure and bounds alike (see
+// limiter.Options); this adapter checks only what the conversion needs, an
+// override's unit. Either way a malformed request is answered with
+// codes.InvalidArgument and a message naming the descriptor and entry by
+// index, such as "invalid rate-limit request: descriptors[2].entries[0]:
+// empty key". Keys and values are compared as bytes: invalid UTF-8 is
+// accepted, since proto3 strings from Envoy are already validated by the
+// protobuf decoder and the engine never interprets them.
 package rls
 
 import (
@@ -47,15 +49,6 @@ const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 // counter store answers; see SetStoreHealthy.
 const StoreServiceName = "tollgate.store"
 
-// The default request bounds.
-const (
-	DefaultMaxDescriptors = 64
-	DefaultMaxEntries     = 32
-	DefaultMaxKeyLen      = 256
-	DefaultMaxValueLen    = 4096
-	DefaultMaxHits        = 1_000_000
-)
-
 // Checker decides rate-limit requests; *limiter.Limiter implements it.
 type Checker interface {
 	Check(ctx context.Context, req *limiter.Request) (*limiter.Response, error)
@@ -67,23 +60,12 @@ type intoChecker interface {
 	CheckInto(ctx context.Context, req *limiter.Request, resp *limiter.Response) error
 }
 
-// Options configures a Server. Limiter is required; the bounds default to
-// DefaultMaxDescriptors, DefaultMaxEntries, DefaultMaxKeyLen and
-// DefaultMaxValueLen when zero.
+// Options configures a Server. Limiter is required.
 type Options struct {
-	// Limiter decides requests. A Checker that also has CheckInto, as
+	// Limiter decides requests, and checks them: request bounds are
+	// limiter.Options. A Checker that also has CheckInto, as
 	// *limiter.Limiter does, answers into a pooled limiter.Response.
 	Limiter Checker
-	// MaxDescriptors bounds the descriptors of one request.
-	MaxDescriptors int
-	// MaxEntries bounds the entries of one descriptor.
-	MaxEntries int
-	// MaxKeyLen bounds the bytes of an entry key and of the domain.
-	MaxKeyLen int
-	// MaxValueLen bounds the bytes of an entry value.
-	MaxValueLen int
-	// MaxHits bounds hits_addend, of the request and of each descriptor.
-	MaxHits uint64
 	// Logger receives internal errors; nil discards.
 	Logger *slog.Logger
 }
@@ -92,16 +74,11 @@ type Options struct {
 type Server struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 
-	limiter        Checker
-	into           intoChecker // limiter, when it can write into a Response
-	maxDescriptors int
-	maxEntries     int
-	maxKeyLen      int
-	maxValueLen    int
-	maxHits        uint64
-	log            *slog.Logger
-	health         *health.Server
-	pool           sync.Pool // *scratch
+	limiter Checker
+	into    intoChecker // limiter, when it can write into a Response
+	log     *slog.Logger
+	health  *health.Server
+	pool    sync.Pool // *scratch
 }
 
 var _ rlsv3.RateLimitServiceServer = (*Server)(nil)
@@ -110,14 +87,9 @@ var _ rlsv3.RateLimitServiceServer = (*Server)(nil)
 // without a Limiter answers every call with codes.Unavailable.
 func New(opts Options) *Server {
 	s := &Server{
-		limiter:        opts.Limiter,
-		maxDescriptors: orDefault(opts.MaxDescriptors, DefaultMaxDescriptors),
-		maxEntries:     orDefault(opts.MaxEntries, DefaultMaxEntries),
-		maxKeyLen:      orDefault(opts.MaxKeyLen, DefaultMaxKeyLen),
-		maxValueLen:    orDefault(opts.MaxValueLen, DefaultMaxValueLen),
-		maxHits:        orDefault(opts.MaxHits, DefaultMaxHits),
-		log:            opts.Logger,
-		health:         health.NewServer(),
+		limiter: opts.Limiter,
+		log:     opts.Logger,
+		health:  health.NewServer(),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -128,14 +100,6 @@ func New(opts Options) *Server {
 	s.health.SetServingStatus(StoreServiceName, healthpb.HealthCheckResponse_SERVING)
 	s.pool.New = func() any { return new(scratch) }
 	return s
-}
-
-// orDefault returns v, or def when v is not positive.
-func orDefault[T int | uint64](v, def T) T {
-	if v <= 0 {
-		return def
-	}
-	return v
 }
 
 // Register registers the rate-limit service and the grpc.health.v1 service
@@ -190,12 +154,13 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	}
 	sc := s.pool.Get().(*scratch)
 	defer func() {
-		sc.reset()
-		s.pool.Put(sc)
+		if sc.reset() {
+			s.pool.Put(sc)
+		}
 	}()
-	lreq, err := s.convert(req, sc)
+	lreq, err := convert(req, sc)
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, s.grpcError(ctx, err)
 	}
 	lresp := &sc.resp
 	if s.into != nil {
@@ -223,38 +188,6 @@ func (s *Server) grpcError(ctx context.Context, err error) error {
 	return status.Error(codes.Internal, "rate-limit check failed")
 }
 
-// Validate checks an engine request against the server's bounds, with the
-// same messages as ShouldRateLimit, so the HTTP API can apply them too
-// (httpapi.Options.Validate). Structural problems are left to
-// limiter.Validate.
-func (s *Server) Validate(req *limiter.Request) error {
-	switch {
-	case len(req.Domain) > s.maxKeyLen:
-		return fmt.Errorf("domain: longer than %d bytes", s.maxKeyLen)
-	case len(req.Descriptors) > s.maxDescriptors:
-		return fmt.Errorf("descriptors: %d exceed the limit of %d", len(req.Descriptors), s.maxDescriptors)
-	case uint64(req.Hits) > s.maxHits:
-		return fmt.Errorf("hits_addend: %d exceeds the limit of %d", req.Hits, s.maxHits)
-	}
-	for i, d := range req.Descriptors {
-		switch {
-		case len(d.Entries) > s.maxEntries:
-			return fmt.Errorf("descriptors[%d]: %d entries exceed the limit of %d", i, len(d.Entries), s.maxEntries)
-		case d.HasHits && d.Hits > s.maxHits:
-			return fmt.Errorf("descriptors[%d].hits_addend: %d exceeds the limit of %d", i, d.Hits, s.maxHits)
-		}
-		for j, e := range d.Entries {
-			switch {
-			case len(e.Key) > s.maxKeyLen:
-				return fmt.Errorf("descriptors[%d].entries[%d]: key longer than %d bytes", i, j, s.maxKeyLen)
-			case len(e.Value) > s.maxValueLen:
-				return fmt.Errorf("descriptors[%d].entries[%d]: value longer than %d bytes", i, j, s.maxValueLen)
-			}
-		}
-	}
-	return nil
-}
-
 // scratch holds the pooled storage of one converted request and its
 // answer. toProto copies everything out of the answer, so it can be reused.
 type scratch struct {
@@ -265,63 +198,47 @@ type scratch struct {
 	overrides []limiter.Override
 }
 
-// reset drops references to request strings before the scratch is pooled.
-// Only entries and req hold any: descs point into the scratch's own arrays,
-// and convert overwrites them.
-func (sc *scratch) reset() {
+// maxPooledEntries bounds the storage of a pooled scratch, in entries and
+// in descriptors. The engine, not this adapter, bounds requests, so a
+// request larger than any the engine admits still gets converted; its
+// storage goes to the garbage collector instead of staying in the pool.
+const maxPooledEntries = 4096
+
+// reset drops references to request strings before the scratch is pooled,
+// and reports whether it is small enough to pool. Only entries and req hold
+// any: descs point into the scratch's own arrays, and convert overwrites
+// them.
+func (sc *scratch) reset() bool {
 	clear(sc.entries)
 	sc.req = limiter.Request{}
 	sc.descs = sc.descs[:0]
 	sc.entries = sc.entries[:0]
 	sc.overrides = sc.overrides[:0]
+	return cap(sc.entries) <= maxPooledEntries && cap(sc.descs) <= maxPooledEntries
 }
 
-// convert validates req and converts it into sc.req.
-func (s *Server) convert(req *rlsv3.RateLimitRequest, sc *scratch) (*limiter.Request, error) {
-	switch {
-	case req.GetDomain() == "":
-		return nil, errors.New("domain: empty")
-	case len(req.Domain) > s.maxKeyLen:
-		return nil, fmt.Errorf("domain: longer than %d bytes", s.maxKeyLen)
-	case len(req.Descriptors) == 0:
-		return nil, errors.New("descriptors: none")
-	case len(req.Descriptors) > s.maxDescriptors:
-		return nil, fmt.Errorf("descriptors: %d exceed the limit of %d", len(req.Descriptors), s.maxDescriptors)
-	}
+// convert converts req into sc.req. It checks only an override's unit,
+// which it must convert; the engine checks the rest.
+func convert(req *rlsv3.RateLimitRequest, sc *scratch) (*limiter.Request, error) {
 	total, overrides := 0, 0
-	for i, d := range req.Descriptors {
-		n := len(d.GetEntries())
-		switch {
-		case n == 0:
-			return nil, fmt.Errorf("descriptors[%d]: no entries", i)
-		case n > s.maxEntries:
-			return nil, fmt.Errorf("descriptors[%d]: %d entries exceed the limit of %d", i, n, s.maxEntries)
-		}
-		total += n
+	for _, d := range req.GetDescriptors() {
+		total += len(d.GetEntries())
 		if d.GetLimit() != nil {
 			overrides++
 		}
 	}
-	sc.descs = grow(sc.descs, len(req.Descriptors))
+	sc.descs = grow(sc.descs, len(req.GetDescriptors()))
 	sc.entries = grow(sc.entries, total)
 	sc.overrides = grow(sc.overrides, overrides)
 	total, overrides = 0, 0
-	for i, d := range req.Descriptors {
+	for i, d := range req.GetDescriptors() {
 		ld := &sc.descs[i]
 		*ld = limiter.Descriptor{}
-		es := sc.entries[total : total+len(d.Entries) : total+len(d.Entries)]
-		total += len(d.Entries)
-		for j, e := range d.Entries {
-			k, v := e.GetKey(), e.GetValue()
-			switch {
-			case k == "":
-				return nil, fmt.Errorf("descriptors[%d].entries[%d]: empty key", i, j)
-			case len(k) > s.maxKeyLen:
-				return nil, fmt.Errorf("descriptors[%d].entries[%d]: key longer than %d bytes", i, j, s.maxKeyLen)
-			case len(v) > s.maxValueLen:
-				return nil, fmt.Errorf("descriptors[%d].entries[%d]: value longer than %d bytes", i, j, s.maxValueLen)
-			}
-			es[j] = descriptor.Entry{Key: k, Value: v}
+		n := len(d.GetEntries())
+		es := sc.entries[total : total+n : total+n]
+		total += n
+		for j, e := range d.GetEntries() {
+			es[j] = descriptor.Entry{Key: e.GetKey(), Value: e.GetValue()}
 		}
 		ld.Entries = es
 		if h := d.GetHitsAddend(); h != nil {
@@ -331,7 +248,7 @@ func (s *Server) convert(req *rlsv3.RateLimitRequest, sc *scratch) (*limiter.Req
 		if o := d.GetLimit(); o != nil {
 			u, ok := unitOf(o.GetUnit())
 			if !ok {
-				return nil, fmt.Errorf("descriptors[%d].limit: unit %v not supported", i, o.GetUnit())
+				return nil, fmt.Errorf("%w: descriptors[%d].limit: unit %v not supported", limiter.ErrInvalidRequest, i, o.GetUnit())
 			}
 			lo := &sc.overrides[overrides]
 			overrides++
@@ -342,7 +259,7 @@ func (s *Server) convert(req *rlsv3.RateLimitRequest, sc *scratch) (*limiter.Req
 			ld.Override = lo
 		}
 	}
-	sc.req = limiter.Request{Domain: req.Domain, Descriptors: sc.descs, Hits: req.GetHitsAddend()}
+	sc.req = limiter.Request{Domain: req.GetDomain(), Descriptors: sc.descs, Hits: req.GetHitsAddend()}
 	return &sc.req, nil
 }
 

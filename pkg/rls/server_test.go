@@ -51,20 +51,24 @@ descriptors:
 `
 
 // newLimiter returns an engine over testYAML with a memory store and a
-// clock fixed at t0.
-func newLimiter(t testing.TB) *limiter.Limiter {
+// clock fixed at t0, its options changed by edit.
+func newLimiter(t testing.TB, edit ...func(*limiter.Options)) *limiter.Limiter {
 	t.Helper()
 	now := func() time.Time { return t0 }
 	tree, err := descriptor.LoadFS(fstest.MapFS{"api.yaml": {Data: []byte(testYAML)}}, descriptor.Options{})
 	if err != nil {
 		t.Fatalf("loading config: %v", err)
 	}
-	l, err := limiter.New(limiter.Options{
+	opts := limiter.Options{
 		Store:       memory.New(memory.Options{Now: now}),
 		Tree:        func() *descriptor.Tree { return tree },
 		HeaderStyle: limiter.HeadersXRateLimit,
 		Now:         now,
-	})
+	}
+	for _, e := range edit {
+		e(&opts)
+	}
+	l, err := limiter.New(opts)
 	if err != nil {
 		t.Fatalf("limiter.New: %v", err)
 	}
@@ -109,27 +113,24 @@ func desc(kv ...string) *ratelimitv3.RateLimitDescriptor {
 	return &ratelimitv3.RateLimitDescriptor{Entries: entries(kv...)}
 }
 
+// TestShouldRateLimitInvalid shows that a request the engine rejects, for
+// its structure or its bounds (both tested in package limiter), and one
+// this adapter cannot convert are answered InvalidArgument with the reason.
 func TestShouldRateLimitInvalid(t *testing.T) {
-	conn := serve(t, New(Options{Limiter: newLimiter(t), MaxDescriptors: 2, MaxEntries: 2, MaxKeyLen: 8, MaxValueLen: 8}))
+	conn := serve(t, New(Options{Limiter: newLimiter(t, func(o *limiter.Options) { o.MaxDescriptors = 2 })}))
 	client := rlsv3.NewRateLimitServiceClient(conn)
 	tests := []struct {
 		name string
 		req  *rlsv3.RateLimitRequest
 		want string
 	}{
-		{"no domain", &rlsv3.RateLimitRequest{Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("k=v")}}, "domain: empty"},
-		{"long domain", &rlsv3.RateLimitRequest{Domain: "123456789", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("k=v")}}, "domain: longer than 8 bytes"},
-		{"no descriptors", &rlsv3.RateLimitRequest{Domain: "api"}, "descriptors: none"},
-		{"too many descriptors", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("k=v"), desc("k=v"), desc("k=v")}}, "descriptors: 3 exceed the limit of 2"},
-		{"no entries", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("k=v"), {}}}, "descriptors[1]: no entries"},
-		{"too many entries", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a=1", "b=2", "c=3")}}, "descriptors[0]: 3 entries exceed the limit of 2"},
-		{"empty key", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("k=v"), desc("a=1", "=2")}}, "descriptors[1].entries[1]: empty key"},
-		{"long key", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("123456789=v")}}, "descriptors[0].entries[0]: key longer than 8 bytes"},
-		{"long value", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("k=v", "k=123456789")}}, "descriptors[0].entries[1]: value longer than 8 bytes"},
+		{"no domain", &rlsv3.RateLimitRequest{Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("k=v")}}, "invalid rate-limit request: empty domain"},
+		{"empty key", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("k=v"), desc("a=1", "=2")}}, "invalid rate-limit request: descriptors[1].entries[1]: empty key"},
+		{"too many descriptors", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("k=v"), desc("k=v"), desc("k=v")}}, "invalid rate-limit request: 3 descriptors exceed the limit of 2"},
 		{"override unit", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
 			Entries: entries("k=v"),
 			Limit:   &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1},
-		}}}, "descriptors[0].limit: unit UNKNOWN not supported"},
+		}}}, "invalid rate-limit request: descriptors[0].limit: unit UNKNOWN not supported"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -418,38 +419,6 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 		resp, err := s.ShouldRateLimit(ctx, req)
 		if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
 			b.Fatalf("ShouldRateLimit = %v, %v", resp, err)
-		}
-	}
-}
-
-func TestValidate(t *testing.T) {
-	s := New(Options{Limiter: newLimiter(t), MaxDescriptors: 2, MaxEntries: 2, MaxKeyLen: 8, MaxValueLen: 8, MaxHits: 100})
-	one := func(kv ...string) limiter.Descriptor {
-		var es []descriptor.Entry
-		for _, e := range entries(kv...) {
-			es = append(es, descriptor.Entry{Key: e.Key, Value: e.Value})
-		}
-		return limiter.Descriptor{Entries: es}
-	}
-	tests := []struct {
-		name string
-		req  *limiter.Request
-		want string
-	}{
-		{"within bounds", &limiter.Request{Domain: "api", Descriptors: []limiter.Descriptor{one("k=v", "k2=12345678")}}, ""},
-		{"long domain", &limiter.Request{Domain: "123456789", Descriptors: []limiter.Descriptor{one("k=v")}}, "domain: longer than 8 bytes"},
-		{"too many descriptors", &limiter.Request{Domain: "api", Descriptors: []limiter.Descriptor{one("k=v"), one("k=v"), one("k=v")}}, "descriptors: 3 exceed the limit of 2"},
-		{"too many entries", &limiter.Request{Domain: "api", Descriptors: []limiter.Descriptor{one("a=1", "b=2", "c=3")}}, "descriptors[0]: 3 entries exceed the limit of 2"},
-		{"long key", &limiter.Request{Domain: "api", Descriptors: []limiter.Descriptor{one("k=v"), one("123456789=v")}}, "descriptors[1].entries[0]: key longer than 8 bytes"},
-		{"long value", &limiter.Request{Domain: "api", Descriptors: []limiter.Descriptor{one("k=v", "k=123456789")}}, "descriptors[0].entries[1]: value longer than 8 bytes"},
-		{"most hits", &limiter.Request{Domain: "api", Hits: 100, Descriptors: []limiter.Descriptor{{Entries: one("k=v").Entries, Hits: 100, HasHits: true}}}, ""},
-		{"request hits", &limiter.Request{Domain: "api", Hits: 101, Descriptors: []limiter.Descriptor{one("k=v")}}, "hits_addend: 101 exceeds the limit of 100"},
-		{"descriptor hits", &limiter.Request{Domain: "api", Descriptors: []limiter.Descriptor{one("k=v"), {Entries: one("k=v").Entries, Hits: 1 << 40, HasHits: true}}}, "descriptors[1].hits_addend: 1099511627776 exceeds the limit of 100"},
-	}
-	for _, tt := range tests {
-		err := s.Validate(tt.req)
-		if got := fmt.Sprint(err); (tt.want == "" && err != nil) || (tt.want != "" && got != tt.want) {
-			t.Errorf("%s: Validate = %v, want %q", tt.name, err, tt.want)
 		}
 	}
 }

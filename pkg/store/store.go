@@ -1,11 +1,16 @@
 // Package store defines how the limiter hands a batch of hits to a counting
-// backend. Backends live in sub-packages: memory (the default), redis and
-// cached.
+// backend, and the errors a backend reports: ErrUnavailable, which the
+// limiter answers by the rules' failure modes, and RetryAfterError, which
+// tells it when to come back. Backends live in sub-packages: memory (in
+// process, the default and the fallback of failure mode local) and redis
+// (shared by a fleet). breaker wraps any store in a circuit breaker, and
+// storetest holds stores for tests.
 package store
 
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
 )
@@ -49,3 +54,13 @@ type Store interface {
 // outage or an open circuit breaker. Stores wrap it so callers can apply a
 // rule's failure mode with errors.Is.
 var ErrUnavailable = errors.New("store unavailable")
+
+// RetryAfterError is an error that knows when the store may answer again,
+// such as the refusal of a circuit breaker that is open. Stores return it
+// wrapping ErrUnavailable; callers find it with errors.As, so that a rule
+// that fails closed can tell clients when to come back. RetryAfter returns
+// the wait, or 0 when it is not known.
+type RetryAfterError interface {
+	error
+	RetryAfter() time.Duration
+}

@@ -105,19 +105,24 @@ type Store struct {
 var _ store.Store = (*Store)(nil)
 
 // OpenError is the error of a call that the breaker refused without
-// asking the store. It wraps store.ErrUnavailable.
+// asking the store. It wraps store.ErrUnavailable and is a
+// store.RetryAfterError.
 type OpenError struct {
-	// RetryAfter is how long until the breaker lets a probe through; 0
-	// while half-open.
-	RetryAfter time.Duration
+	retryAfter time.Duration // 0 while half-open
 }
+
+var _ store.RetryAfterError = (*OpenError)(nil)
+
+// RetryAfter returns how long until the breaker lets a probe through; 0
+// while half-open.
+func (e *OpenError) RetryAfter() time.Duration { return e.retryAfter }
 
 // Error says that the breaker refused the call, and when it probes next.
 func (e *OpenError) Error() string {
-	if e.RetryAfter == 0 {
+	if e.retryAfter == 0 {
 		return fmt.Sprintf("%v: circuit breaker half-open, probe in flight", store.ErrUnavailable)
 	}
-	return fmt.Sprintf("%v: circuit breaker open, next probe in %v", store.ErrUnavailable, e.RetryAfter)
+	return fmt.Sprintf("%v: circuit breaker open, next probe in %v", store.ErrUnavailable, e.retryAfter)
 }
 
 // Unwrap returns store.ErrUnavailable.
@@ -204,7 +209,7 @@ func (s *Store) Apply(ctx context.Context, hits []store.Hit, verdicts []algorith
 		return struct{}{}, storeErr
 	})
 	if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
-		return &OpenError{RetryAfter: s.RetryAfter()}
+		return &OpenError{retryAfter: s.RetryAfter()}
 	}
 	return storeErr
 }

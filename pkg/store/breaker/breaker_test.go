@@ -79,8 +79,8 @@ func TestOpensProbesAndCloses(t *testing.T) {
 		if !errors.As(err, &open) || !errors.Is(err, store.ErrUnavailable) {
 			t.Fatalf("open: err = %v, want an OpenError wrapping ErrUnavailable", err)
 		}
-		if open.RetryAfter != time.Second {
-			t.Errorf("open: RetryAfter = %v, want 1s", open.RetryAfter)
+		if open.RetryAfter() != time.Second {
+			t.Errorf("open: RetryAfter = %v, want 1s", open.RetryAfter())
 		}
 		if next.count() != 3 {
 			t.Errorf("open: the store was called %d times, want 3", next.count())

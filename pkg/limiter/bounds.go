@@ -1,0 +1,62 @@
+package limiter
+
+import "fmt"
+
+// bounds are the request bounds of Options, defaults applied.
+type bounds struct {
+	descriptors, entries, keyLen, valueLen int
+	hits                                   uint64
+}
+
+// orDefault returns v, or def when v is 0.
+func orDefault[T int | uint64](v, def T) T {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// validate reports whether req is well formed and within b, with an error
+// wrapping ErrInvalidRequest that names the offending descriptor and entry.
+func (b *bounds) validate(req *Request) error {
+	switch {
+	case req == nil:
+		return fmt.Errorf("%w: no request", ErrInvalidRequest)
+	case req.Domain == "":
+		return fmt.Errorf("%w: empty domain", ErrInvalidRequest)
+	case len(req.Domain) > b.keyLen:
+		return fmt.Errorf("%w: domain longer than %d bytes", ErrInvalidRequest, b.keyLen)
+	case len(req.Descriptors) == 0:
+		return fmt.Errorf("%w: no descriptors", ErrInvalidRequest)
+	case len(req.Descriptors) > b.descriptors:
+		return fmt.Errorf("%w: %d descriptors exceed the limit of %d", ErrInvalidRequest, len(req.Descriptors), b.descriptors)
+	case uint64(req.Hits) > b.hits:
+		return fmt.Errorf("%w: hits_addend %d exceeds the limit of %d", ErrInvalidRequest, req.Hits, b.hits)
+	}
+	for i := range req.Descriptors {
+		d := &req.Descriptors[i]
+		switch {
+		case len(d.Entries) == 0:
+			return fmt.Errorf("%w: descriptors[%d]: no entries", ErrInvalidRequest, i)
+		case len(d.Entries) > b.entries:
+			return fmt.Errorf("%w: descriptors[%d]: %d entries exceed the limit of %d", ErrInvalidRequest, i, len(d.Entries), b.entries)
+		case d.HasHits && d.Hits > b.hits:
+			return fmt.Errorf("%w: descriptors[%d].hits_addend: %d exceeds the limit of %d", ErrInvalidRequest, i, d.Hits, b.hits)
+		}
+		for j := range d.Entries {
+			e := &d.Entries[j]
+			switch {
+			case e.Key == "":
+				return fmt.Errorf("%w: descriptors[%d].entries[%d]: empty key", ErrInvalidRequest, i, j)
+			case len(e.Key) > b.keyLen:
+				return fmt.Errorf("%w: descriptors[%d].entries[%d]: key longer than %d bytes", ErrInvalidRequest, i, j, b.keyLen)
+			case len(e.Value) > b.valueLen:
+				return fmt.Errorf("%w: descriptors[%d].entries[%d]: value longer than %d bytes", ErrInvalidRequest, i, j, b.valueLen)
+			}
+		}
+		if o := d.Override; o != nil && o.Unit.Duration() == 0 {
+			return fmt.Errorf("%w: descriptors[%d].limit: invalid unit %d", ErrInvalidRequest, i, o.Unit)
+		}
+	}
+	return nil
+}
