@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
-	"github.com/tollgatehq/tollgate/pkg/algorithm/algorithmtest"
 	"github.com/tollgatehq/tollgate/pkg/store"
 	"github.com/tollgatehq/tollgate/pkg/store/redis"
+	"github.com/tollgatehq/tollgate/pkg/store/storetest"
 )
 
 // TestMatchesReference drives the Redis store and a reference store (package
@@ -33,7 +33,7 @@ func TestMatchesReference(t *testing.T) {
 	for _, start := range []func(testing.TB) deployment{standalone, cluster} {
 		d := start(t)
 		t.Run(d.name+"/client clock", func(t *testing.T) {
-			clock := algorithmtest.NewClock(t0)
+			clock := storetest.NewClock(t0)
 			s := newStore(t, redis.Options{Client: d.client(t), KeyPrefix: "p", Now: clock.Now})
 			runParity(t, d.name == "cluster", steps, func(rng *rand.Rand, hits []store.Hit, got []algorithm.Verdict) (int64, error) {
 				clock.Advance(time.Duration(rng.ExpFloat64()*float64(20*time.Millisecond)) + time.Duration(rng.IntN(2))*time.Microsecond)
@@ -67,7 +67,7 @@ func TestMergedMatchesReference(t *testing.T) {
 		for _, clock := range []string{"client clock", "server clock"} {
 			t.Run(d.name+"/"+clock, func(t *testing.T) {
 				opts := redis.Options{Client: d.client(t), KeyPrefix: "m" + clock[:1]}
-				c := algorithmtest.NewClock(t0)
+				c := storetest.NewClock(t0)
 				if clock == "client clock" {
 					opts.Now = c.Now
 				}
