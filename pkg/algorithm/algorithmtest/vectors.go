@@ -34,7 +34,8 @@ const (
 // exact instant, with the verdicts expected.
 type Vector struct {
 	// Name is unique, such as "token_bucket/refund"; it begins with the
-	// algorithm's configuration name.
+	// algorithm's configuration name, or "invalid/" for a limit that fails
+	// Validate.
 	Name  string
 	Limit algorithm.Limit
 	// Start is the µs timestamp that step offsets count from.
@@ -322,6 +323,76 @@ func Vectors() []Vector {
 				step(0, -1, ok(0, 0, 0)),
 			},
 		},
+
+		// Limits that fail Validate. Configuration never builds one, but a
+		// store handed one must neither fail nor panic, and every store
+		// answers alike: a limit Apply cannot evaluate (an unknown Kind, a
+		// Period of 0 or less, a negative Requests, a sliding-window log
+		// longer than MaxLogRequests) rejects every hit, refunds too, with
+		// a zero Verdict; the others are evaluated by the formulas, which
+		// ignore a Burst where the algorithm has none and treat a negative
+		// Burst as 0.
+		unevaluated("invalid/zero_period", fixedWindow(3, 0)),
+		unevaluated("invalid/negative_period", tokenBucket(3, 0, -sec)),
+		unevaluated("invalid/negative_requests", slidingCounter(-1, sec)),
+		unevaluated("invalid/no_algorithm", algorithm.Limit{Requests: 3, Period: sec.Microseconds()}),
+		unevaluated("invalid/unknown_algorithm", algorithm.Limit{Kind: algorithm.SlidingWindowLog + 1, Requests: 3, Period: sec.Microseconds()}),
+		unevaluated("invalid/log_over_max_requests", slidingLog(algorithm.MaxLogRequests+1, sec)),
+		{
+			Name: "invalid/burst_on_fixed_window", Limit: withBurst(fixedWindow(2, sec), 5), Start: Start,
+			Steps: []Step{
+				step(0, 2, ok(2, 0, sec)),
+				step(0, 1, no(2, 0, sec, sec)),
+			},
+		},
+		{
+			// The next window opens at 1 s; 2·(1s−e)/1s ≤ 1 from e = 500 ms.
+			Name: "invalid/burst_on_sliding_window_counter", Limit: withBurst(slidingCounter(2, sec), 1), Start: Start,
+			Steps: []Step{
+				step(0, 2, ok(2, 0, 2*sec)),
+				step(0, 1, no(2, 0, 2*sec, 1500*ms)),
+			},
+		},
+		{
+			Name: "invalid/burst_on_sliding_window_log", Limit: withBurst(slidingLog(2, sec), 3), Start: Start,
+			Steps: []Step{
+				step(0, 2, ok(2, 0, sec)),
+				step(0, 1, no(2, 0, sec, sec)),
+			},
+		},
+		{
+			Name: "invalid/negative_burst", Limit: tokenBucket(2, -3, sec), Start: Start,
+			Steps: []Step{
+				step(0, 2, ok(2, 0, sec)),
+				step(0, 1, no(2, 0, sec, 500*ms)),
+			},
+		},
+		{
+			Name: "invalid/requests_over_max", Limit: fixedWindow(algorithm.MaxRequests+1, sec), Start: Start,
+			Steps: []Step{
+				step(0, 1<<32, ok(1<<32, 0, sec)),
+				step(0, 1, no(1<<32, 0, sec, sec)),
+			},
+		},
+		{
+			// Windows of 2^50+1 µs: Start lies in the second, which ends at
+			// 2·(2^50+1) µs.
+			Name: "invalid/period_over_max", Limit: fixedWindow(1, (algorithm.MaxPeriod+1)*us), Start: Start,
+			Steps: []Step{
+				step(0, 1, ok(1, 0, 501_799_813_685_250*us)),
+				step(0, 1, no(1, 0, 501_799_813_685_250*us, 501_799_813_685_250*us)),
+			},
+		},
+		{
+			// 2^32 tokens at one per second: 2^32 s to refill from empty,
+			// far past MaxPeriod.
+			Name: "invalid/bucket_refill_over_max_period", Limit: tokenBucket(1, algorithm.MaxBurst, sec), Start: Start,
+			Steps: []Step{
+				step(0, 1, ok(1<<32, 1<<32-1, sec)),
+				step(0, 1<<32, no(1<<32, 1<<32-1, sec, sec)),
+				step(sec, 1<<32, ok(1<<32, 0, 1<<32*sec)),
+			},
+		},
 	}
 }
 
@@ -339,6 +410,23 @@ func slidingCounter(requests int64, period time.Duration) algorithm.Limit {
 
 func slidingLog(requests int64, period time.Duration) algorithm.Limit {
 	return algorithm.Limit{Kind: algorithm.SlidingWindowLog, Requests: requests, Period: period.Microseconds()}
+}
+
+// unevaluated is a vector of a limit that Apply cannot evaluate: a hit, a
+// check and a refund, each rejected with a zero Verdict.
+func unevaluated(name string, l algorithm.Limit) Vector {
+	return Vector{Name: name, Limit: l, Start: Start, Steps: []Step{
+		step(0, 1, algorithm.Verdict{}),
+		step(0, 0, algorithm.Verdict{}),
+		step(0, -1, algorithm.Verdict{}),
+	}}
+}
+
+// withBurst returns l with a Burst, which Validate allows only on a token
+// bucket.
+func withBurst(l algorithm.Limit, burst int64) algorithm.Limit {
+	l.Burst = burst
+	return l
 }
 
 // step is a Step.

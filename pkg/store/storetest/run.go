@@ -12,7 +12,9 @@
 // it; when a hit that is not Soft is rejected nothing in the batch is
 // charged, and each admitted hit of that batch reports Allowed with the
 // Remaining and ResetAfter of its unchanged counter (what a check, cost 0,
-// would report) while rejected hits keep their own verdicts.
+// would report) while rejected hits keep their own verdicts. A hit on a
+// limit that Apply cannot evaluate is rejected like any other, so it
+// blocks its batch unless it is Soft.
 //
 // The memory store runs them in its tests, the Redis store runs them
 // against a real redis-server with the Clock's time handed to its Lua

@@ -106,6 +106,19 @@ func Vectors() []Vector {
 			},
 		},
 
+		{
+			// A hit on a limit Apply cannot evaluate is rejected: when it is
+			// not Soft nothing in its batch is charged.
+			Name: "batch/invalid_limit", Limit: fixedWindow(2, sec), Start: algorithmtest.Start,
+			Steps: []Step{
+				{Hits: []Hit{{Key: "a", Cost: 1}, {Key: "bad", Limit: fixedWindow(2, 0), Cost: 1}},
+					Want: []algorithm.Verdict{ok(2, 2, 0), {}}},
+				{Hits: []Hit{{Key: "a", Cost: 1}, {Key: "bad", Limit: fixedWindow(2, 0), Cost: 1, Soft: true}},
+					Want: []algorithm.Verdict{ok(2, 1, sec), {}}},
+				{Hits: []Hit{{Key: "a", Cost: 0}}, Want: []algorithm.Verdict{ok(2, 1, sec)}},
+			},
+		},
+
 		// Counter identity: Domain, Entries, Kind and Period.
 		{
 			Name: "identity/limit_changes", Start: algorithmtest.Start,
