@@ -107,6 +107,23 @@ func Vectors() []Vector {
 		},
 
 		{
+			// A log refunded and then appended to within a batch that is
+			// rolled back keeps its entries: the entry at 100 ms must not
+			// become one at 200 ms. The hit that blocks the batch is on a
+			// second limit of the same descriptor, so a Redis Cluster
+			// decides the batch in one slot group, all or nothing (across
+			// slot groups a rejection is undone by refunds, which cannot
+			// restore the log).
+			Name: "batch/log_refund_and_append_rolled_back", Limit: slidingLog(3, sec), Start: algorithmtest.Start,
+			Steps: []Step{
+				{Hits: []Hit{{Cost: 1}}, Want: []algorithm.Verdict{ok(3, 2, sec)}},
+				{At: 100 * ms, Hits: []Hit{{Cost: 1}}, Want: []algorithm.Verdict{ok(3, 1, sec)}},
+				{At: 200 * ms, Hits: []Hit{{Cost: -1}, {Cost: 1}, {Limit: fixedWindow(0, sec), Cost: 1}},
+					Want: []algorithm.Verdict{ok(3, 1, 900*ms), ok(3, 1, 900*ms), no(0, 0, 0, sec)}},
+				{At: 200 * ms, Hits: []Hit{{Cost: 0}}, Want: []algorithm.Verdict{ok(3, 1, 900*ms)}},
+			},
+		},
+		{
 			// A hit on a limit Apply cannot evaluate is rejected: when it is
 			// not Soft nothing in its batch is charged.
 			Name: "batch/invalid_limit", Limit: fixedWindow(2, sec), Start: algorithmtest.Start,
