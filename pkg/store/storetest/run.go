@@ -56,8 +56,8 @@ type Step struct {
 
 // Hit is one hit of a step.
 type Hit struct {
-	// Key is the descriptor value: the hit counts against the descriptor
-	// [{"key", Key}]. Hits with the same descriptor share a counter when
+	// Key is the descriptor value, "k" when empty: the hit counts against
+	// the descriptor [{"key", Key}]. Hits with the same descriptor share a counter when
 	// their limits have the same Kind and Period.
 	Key string
 	// Entries, when set, replaces the descriptor built from Key.
