@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
-	"github.com/tollgatehq/tollgate/pkg/algorithm/algorithmtest"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/limiter"
 	"github.com/tollgatehq/tollgate/pkg/store"
@@ -119,7 +118,7 @@ func TestExamplesBehaveAsDocumented(t *testing.T) {
 	for name, steps := range tests {
 		t.Run(name, func(t *testing.T) {
 			domain, _, _ := strings.Cut(name, "/")
-			clock := algorithmtest.NewClock(noon)
+			clock := storetest.NewClock(noon)
 			lim, err := limiter.New(limiter.Options{
 				Store: memory.New(memory.Options{Now: clock.Now}),
 				Tree:  func() *descriptor.Tree { return tree },

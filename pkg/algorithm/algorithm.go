@@ -1,7 +1,8 @@
 // Package algorithm holds tollgate's four rate-limit algorithms as pure
 // functions of (state, limit, now, cost). Stores keep the state; the Redis
 // store mirrors each function in Lua and must give identical verdicts on the
-// vectors in package algorithmtest.
+// vectors in package algorithmtest, which package storetest runs against
+// every store.
 //
 // Time is an int64 count of microseconds since the Unix epoch. Microseconds
 // keep every value below 2^53, so Lua's doubles represent them exactly.

@@ -48,10 +48,11 @@ type State struct {
 //     lowered limit allows (a counter keeps its state when Requests or Burst
 //     change).
 //
-// A Limit with an unknown Kind, a Period of 0 or less, or a negative
-// Requests rejects every hit with a zero Verdict. Other limits that fail
-// Validate may leave the range Lua represents exactly, but never make
-// Apply panic.
+// A Limit with an unknown Kind, a Period of 0 or less, a negative
+// Requests, or a sliding-window log longer than MaxLogRequests rejects
+// every hit, refunds too, with a zero Verdict and leaves the state as it
+// is, as the Redis script does. Other limits that fail Validate may leave
+// the range Lua represents exactly, but never make Apply panic.
 //
 // Arithmetic: all times, counts and costs are integers below 2^53, so Lua's
 // doubles hold them exactly. The only non-integer steps are ⌈a·b/c⌉ and
@@ -60,7 +61,7 @@ type State struct {
 // what Lua computes for math.ceil(a * b / c). When a·b < 2^53 the result is
 // the exact integer; above that it is rounded, identically in Go and Lua.
 func Apply(l Limit, s State, now, cost int64) (State, Verdict) {
-	if l.Period <= 0 || l.Requests < 0 {
+	if l.Period <= 0 || l.Requests < 0 || l.Kind == SlidingWindowLog && l.Requests > MaxLogRequests {
 		return s, Verdict{}
 	}
 	switch l.Kind {

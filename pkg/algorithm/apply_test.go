@@ -226,6 +226,7 @@ func TestApplyInvalidLimit(t *testing.T) {
 		limit(algorithm.FixedWindow, 10, 0, -5),
 		limit(algorithm.SlidingWindowCounter, -1, 0, 1e6),
 		limit(algorithm.SlidingWindowLog, 10, 0, 0),
+		limit(algorithm.SlidingWindowLog, algorithm.MaxLogRequests+1, 0, 1e6),
 	}
 	for _, l := range tests {
 		s := algorithm.State{T: 5, Cur: 1}

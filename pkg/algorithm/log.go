@@ -9,7 +9,8 @@ import "slices"
 // exact: a hit of cost n ≥ 1 is admitted iff the live entries plus n are at
 // most Requests, and it appends n entries at now. Memory is 8 bytes per
 // unit in Go and one sorted-set member per unit in Redis, which is why
-// Validate caps Requests at MaxLogRequests. Verdict fields:
+// Validate caps Requests at MaxLogRequests, and Apply rejects every hit of a
+// longer log. Verdict fields:
 //
 //   - Limit is Requests.
 //   - Remaining is Requests minus the live entries, at least 0.

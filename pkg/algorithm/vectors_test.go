@@ -1,62 +1,30 @@
 package algorithm_test
 
 import (
-	"context"
-	"fmt"
 	"testing"
 
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
 	"github.com/tollgatehq/tollgate/pkg/algorithm/algorithmtest"
-	"github.com/tollgatehq/tollgate/pkg/store"
 )
 
-// TestVectors runs the shared vectors through mapStore, so the algorithms
-// are checked without any real store.
+// TestVectors runs the shared vectors through Apply alone, carrying each
+// vector's state from step to step, so the algorithms are checked without
+// any store. Package storetest runs the same vectors against the stores.
 func TestVectors(t *testing.T) {
-	algorithmtest.Run(t, func(t *testing.T, clock *algorithmtest.Clock) store.Store {
-		return &mapStore{clock: clock, states: map[string]algorithm.State{}}
-	})
-}
-
-// mapStore is the simplest store.Store: a map from a printed key to the
-// State, with the batch rules written out plainly.
-type mapStore struct {
-	clock  *algorithmtest.Clock
-	states map[string]algorithm.State
-}
-
-func (m *mapStore) Apply(_ context.Context, hits []store.Hit, verdicts []algorithm.Verdict) error {
-	now := algorithm.Micros(m.clock.Now())
-	staged := map[string]algorithm.State{}
-	state := func(key string) algorithm.State {
-		if s, ok := staged[key]; ok {
-			return s
-		}
-		return m.states[key]
+	for _, v := range algorithmtest.Vectors() {
+		t.Run(v.Name, func(t *testing.T) {
+			var s algorithm.State
+			for i, step := range v.Steps {
+				now := v.Start + step.At.Microseconds()
+				next, got := algorithm.Apply(v.Limit, s, now, step.Cost)
+				if got != step.Want {
+					t.Fatalf("step %d at %v, cost %d:\n got  %+v\n want %+v", i, step.At, step.Cost, got, step.Want)
+				}
+				if !got.Allowed && !sameState(next, s) {
+					t.Fatalf("step %d at %v: a rejected hit changed the state from %+v to %+v", i, step.At, s, next)
+				}
+				s = next
+			}
+		})
 	}
-	rejected := false
-	for i, h := range hits {
-		key := fmt.Sprintf("%q %q %d %d", h.Domain, h.Entries, h.Limit.Kind, h.Limit.Period)
-		next, v := algorithm.Apply(h.Limit, state(key), now, h.Cost)
-		verdicts[i] = v
-		if v.Allowed {
-			staged[key] = next
-		} else if !h.Soft {
-			rejected = true
-		}
-	}
-	if !rejected {
-		for key, s := range staged {
-			m.states[key] = s
-		}
-		return nil
-	}
-	for i, h := range hits {
-		if verdicts[i].Allowed {
-			key := fmt.Sprintf("%q %q %d %d", h.Domain, h.Entries, h.Limit.Kind, h.Limit.Period)
-			_, v := algorithm.Apply(h.Limit, m.states[key], now, 0)
-			verdicts[i] = algorithm.Verdict{Allowed: true, Limit: v.Limit, Remaining: v.Remaining, ResetAfter: v.ResetAfter}
-		}
-	}
-	return nil
 }

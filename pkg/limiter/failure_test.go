@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
-	"github.com/tollgatehq/tollgate/pkg/algorithm/algorithmtest"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/store"
 	"github.com/tollgatehq/tollgate/pkg/store/memory"
@@ -141,7 +140,7 @@ func TestFailureModes(t *testing.T) {
 }
 
 func TestFailureModeLocal(t *testing.T) {
-	clk := algorithmtest.NewClock(t0)
+	clk := storetest.NewClock(t0)
 	f := newFixture(t, failureYAML, func(o *Options) {
 		o.Store = storetest.Failing{Err: store.ErrUnavailable}
 		o.Fallback = memory.New(memory.Options{Now: clk.Now})

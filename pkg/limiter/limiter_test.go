@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
-	"github.com/tollgatehq/tollgate/pkg/algorithm/algorithmtest"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/store"
 	"github.com/tollgatehq/tollgate/pkg/store/memory"
@@ -70,7 +69,7 @@ func (r *recorder) Apply(ctx context.Context, hits []store.Hit, verdicts []algor
 
 type fixture struct {
 	lim   *Limiter
-	clock *algorithmtest.Clock
+	clock *storetest.Clock
 	store *recorder
 }
 
@@ -78,7 +77,7 @@ type fixture struct {
 // clock at t0 and X-RateLimit headers; edit changes the options.
 func newFixture(t testing.TB, yaml string, edit func(*Options)) *fixture {
 	t.Helper()
-	clk := algorithmtest.NewClock(t0)
+	clk := storetest.NewClock(t0)
 	rec := &recorder{inner: memory.New(memory.Options{Now: clk.Now})}
 	tree := loadTree(t, yaml)
 	opts := Options{

@@ -147,7 +147,7 @@ func (s *Store) Len() int {
 // nothing as store.Store requires; within a batch each hit sees the counter
 // as the earlier hits left it. When a hit that is not Soft is rejected,
 // the admitted hits of its batch report the Remaining and ResetAfter of
-// their unchanged counters, as package algorithmtest specifies.
+// their unchanged counters, as package storetest specifies.
 func (s *Store) Apply(_ context.Context, hits []store.Hit, verdicts []algorithm.Verdict) error {
 	if len(verdicts) != len(hits) {
 		return fmt.Errorf("memory store: %d verdicts for %d hits", len(verdicts), len(hits))

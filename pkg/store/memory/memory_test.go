@@ -12,9 +12,9 @@ import (
 	"unsafe"
 
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
-	"github.com/tollgatehq/tollgate/pkg/algorithm/algorithmtest"
 	"github.com/tollgatehq/tollgate/pkg/store"
 	"github.com/tollgatehq/tollgate/pkg/store/memory"
+	"github.com/tollgatehq/tollgate/pkg/store/storetest"
 )
 
 var t0 = time.UnixMicro(1_750_000_000_000_000)
@@ -30,7 +30,7 @@ func TestVectors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			algorithmtest.Run(t, func(t *testing.T, clock *algorithmtest.Clock) store.Store {
+			storetest.Run(t, func(t *testing.T, clock *storetest.Clock) store.Store {
 				opts := tt.opts
 				opts.Now = clock.Now
 				return memory.New(opts)
@@ -82,7 +82,7 @@ func TestFullCounterIsDropped(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := algorithmtest.NewClock(t0)
+			clock := storetest.NewClock(t0)
 			s := memory.New(memory.Options{Shards: 1, Now: clock.Now})
 			apply(t, s, hit("a", tt.limit, 2))
 			if n := s.Len(); n != 1 {
@@ -109,7 +109,7 @@ func TestSweepDropsExpired(t *testing.T) {
 		{Kind: algorithm.SlidingWindowCounter, Requests: 10, Period: 1e6},
 		{Kind: algorithm.SlidingWindowLog, Requests: 10, Period: 1e6},
 	}
-	clock := algorithmtest.NewClock(t0)
+	clock := storetest.NewClock(t0)
 	s := memory.New(memory.Options{Shards: 1, Now: clock.Now})
 	for i := range 400 {
 		apply(t, s, hit(strconv.Itoa(i), limits[i%len(limits)], 1))
@@ -143,7 +143,7 @@ func TestMaxKeys(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := algorithmtest.NewClock(t0)
+			clock := storetest.NewClock(t0)
 			tt.opts.Now = clock.Now
 			s := memory.New(tt.opts)
 			for i := range 20 * tt.max {
@@ -160,7 +160,7 @@ func TestMaxKeys(t *testing.T) {
 // TestEvictionOrder checks that a full shard evicts expired counters
 // first, then the counter expiring soonest, keeping the long-lived one.
 func TestEvictionOrder(t *testing.T) {
-	clock := algorithmtest.NewClock(t0)
+	clock := storetest.NewClock(t0)
 	s := memory.New(memory.Options{Shards: 1, MaxKeys: 4, Now: clock.Now})
 	long := tokenBucket(1, time.Hour) // one hit keeps it for an hour
 	short := tokenBucket(1, time.Second)

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
-	"github.com/tollgatehq/tollgate/pkg/algorithm/algorithmtest"
 	"github.com/tollgatehq/tollgate/pkg/store"
 	"github.com/tollgatehq/tollgate/pkg/store/redis"
+	"github.com/tollgatehq/tollgate/pkg/store/storetest"
 )
 
 // TestMergedBatches checks how one script call decides the batches of
@@ -115,7 +115,7 @@ func TestMergedBatches(t *testing.T) {
 				t.Fatal(err)
 			}
 			mp, sum := metricsReader(t)
-			clock := algorithmtest.NewClock(t0)
+			clock := storetest.NewClock(t0)
 			s := newStore(t, redis.Options{Client: client, KeyPrefix: prefix, Now: clock.Now, MeterProvider: mp})
 			apply(t, s, hit("warm-up", five, 0)) // the script loaded
 			calls0 := sum("tollgate_redis_script_calls")

@@ -3,24 +3,23 @@ package redis_test
 import (
 	"context"
 	"math/rand/v2"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
-	"github.com/tollgatehq/tollgate/pkg/algorithm/algorithmtest"
 	"github.com/tollgatehq/tollgate/pkg/store"
+	"github.com/tollgatehq/tollgate/pkg/store/memory"
 	"github.com/tollgatehq/tollgate/pkg/store/redis"
+	"github.com/tollgatehq/tollgate/pkg/store/storetest"
 )
 
-// TestMatchesReference drives the Redis store and a reference store (package
-// algorithm's Apply under store.Store's batch rules, as the memory store
-// applies them) with the same random batches at the same instants and
-// requires identical verdicts. Limits span every algorithm, limits whose
-// products pass 2^53 (where the rounding of ⌈a·b/c⌉ shows), costs around
-// the capacity, refunds, checks and soft hits, and batches that hit one
-// counter several times.
+// TestMatchesReference drives the Redis store and the reference, the memory
+// store on a clock set to the instant Redis decided each batch at, with the
+// same random batches and requires identical verdicts. Limits span every
+// algorithm, limits whose products pass 2^53 (where the rounding of
+// ⌈a·b/c⌉ shows), costs around the capacity, refunds, checks and soft hits,
+// and batches that hit one counter several times.
 //
 // Against a cluster every batch has one shard, so it is one slot group
 // and all-or-nothing exactly, as in the memory store; across slot groups
@@ -33,7 +32,7 @@ func TestMatchesReference(t *testing.T) {
 	for _, start := range []func(testing.TB) deployment{standalone, cluster} {
 		d := start(t)
 		t.Run(d.name+"/client clock", func(t *testing.T) {
-			clock := algorithmtest.NewClock(t0)
+			clock := storetest.NewClock(t0)
 			s := newStore(t, redis.Options{Client: d.client(t), KeyPrefix: "p", Now: clock.Now})
 			runParity(t, d.name == "cluster", steps, func(rng *rand.Rand, hits []store.Hit, got []algorithm.Verdict) (int64, error) {
 				clock.Advance(time.Duration(rng.ExpFloat64()*float64(20*time.Millisecond)) + time.Duration(rng.IntN(2))*time.Microsecond)
@@ -67,12 +66,12 @@ func TestMergedMatchesReference(t *testing.T) {
 		for _, clock := range []string{"client clock", "server clock"} {
 			t.Run(d.name+"/"+clock, func(t *testing.T) {
 				opts := redis.Options{Client: d.client(t), KeyPrefix: "m" + clock[:1]}
-				c := algorithmtest.NewClock(t0)
+				c := storetest.NewClock(t0)
 				if clock == "client clock" {
 					opts.Now = c.Now
 				}
 				s := newStore(t, opts)
-				ref := &refStore{states: map[string]algorithm.State{}}
+				ref := newReference()
 				rng := rand.New(rand.NewPCG(3, 4))
 				limits := parityLimits(rng)
 				for step := range steps {
@@ -92,8 +91,7 @@ func TestMergedMatchesReference(t *testing.T) {
 						if errs[b] != nil {
 							t.Fatalf("step %d, batch %d of %d: %v", step, b, len(batches), errs[b])
 						}
-						want := make([]algorithm.Verdict, len(hits))
-						ref.apply(at[b], hits, want)
+						want := ref.apply(t, at[b], hits)
 						for i := range hits {
 							if got[b][i] != want[i] {
 								t.Fatalf("step %d at %dµs, batch %d of %d, hit %d of %d (%s %+v cost %d soft %t):\n got  %+v\n want %+v",
@@ -113,7 +111,7 @@ func TestMergedMatchesReference(t *testing.T) {
 // reference's at that instant. With oneShard, each batch has a single
 // shard, so a cluster decides it in one slot group.
 func runParity(t *testing.T, oneShard bool, steps int, apply func(*rand.Rand, []store.Hit, []algorithm.Verdict) (int64, error)) {
-	ref := &refStore{states: map[string]algorithm.State{}}
+	ref := newReference()
 	rng := rand.New(rand.NewPCG(1, 2))
 	limits := parityLimits(rng)
 	last := int64(0)
@@ -135,8 +133,7 @@ func runParity(t *testing.T, oneShard bool, steps int, apply func(*rand.Rand, []
 			t.Fatalf("step %d: decided at %d, before the previous step (%d)", step, now, last)
 		}
 		last = now
-		want := make([]algorithm.Verdict, len(hits))
-		ref.apply(now, hits, want)
+		want := ref.apply(t, now, hits)
 		for i := range hits {
 			if got[i] != want[i] {
 				t.Fatalf("step %d at %dµs, hit %d of %d (%s %+v cost %d soft %t):\n got  %+v\n want %+v",
@@ -215,57 +212,29 @@ func parityHit(rng *rand.Rand, limits []algorithm.Limit, shard string) store.Hit
 	}
 }
 
-// refStore is the reference: algorithm.Apply on states kept in a map, under
-// the batch rules of store.Store. It copies every sliding-window log it
-// keeps, so no decision can write into a stored one. (The memory store
-// does not, yet: a batch that refunds a log and then appends to it can
-// overwrite the stored log's newest entry even when the batch is
-// rejected.)
-type refStore struct {
-	states map[string]algorithm.State
+// reference is the memory store on a clock of its own, which apply sets
+// to the instant Redis decided a batch at. Package storetest's vectors
+// hold both stores to package algorithm and the batch rules; agreeing with
+// the memory store on random batches carries that to what no vector
+// covers.
+type reference struct {
+	clock *storetest.Clock
+	store *memory.Store
 }
 
-// refKey identifies a hit's counter as the Redis store does.
-func refKey(h store.Hit) string {
-	k, _ := redis.Key("", &h)
-	return k
+func newReference() *reference {
+	clock := storetest.NewClock(t0)
+	return &reference{clock: clock, store: memory.New(memory.Options{Now: clock.Now})}
 }
 
-func (r *refStore) apply(now int64, hits []store.Hit, verdicts []algorithm.Verdict) {
-	load := func(key string) algorithm.State {
-		s := r.states[key]
-		s.Log = slices.Clone(s.Log)
-		return s
+// apply decides hits at now, in µs since the epoch, and returns the
+// verdicts.
+func (r *reference) apply(t *testing.T, now int64, hits []store.Hit) []algorithm.Verdict {
+	t.Helper()
+	r.clock.Set(time.UnixMicro(now))
+	verdicts := make([]algorithm.Verdict, len(hits))
+	if err := r.store.Apply(context.Background(), hits, verdicts); err != nil {
+		t.Fatalf("reference: Apply: %v", err)
 	}
-	work := map[string]algorithm.State{}
-	rejected := false
-	for i, h := range hits {
-		key := refKey(h)
-		s, ok := work[key]
-		if !ok {
-			s = load(key)
-		}
-		next, v := algorithm.Apply(h.Limit, s, now, h.Cost)
-		verdicts[i] = v
-		switch {
-		case v.Allowed:
-			s = next
-		case !h.Soft:
-			rejected = true
-		}
-		s.Log = slices.Clone(s.Log)
-		work[key] = s
-	}
-	if !rejected {
-		for key, s := range work {
-			r.states[key] = s
-		}
-		return
-	}
-	for i, h := range hits {
-		if verdicts[i].Allowed {
-			_, v := algorithm.Apply(h.Limit, load(refKey(h)), now, 0)
-			verdicts[i] = algorithm.Verdict{Allowed: true, Limit: v.Limit, Remaining: v.Remaining, ResetAfter: v.ResetAfter}
-		}
-	}
+	return verdicts
 }

@@ -17,9 +17,9 @@ import (
 
 	"github.com/tollgatehq/tollgate/integration/redistest"
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
-	"github.com/tollgatehq/tollgate/pkg/algorithm/algorithmtest"
 	"github.com/tollgatehq/tollgate/pkg/store"
 	"github.com/tollgatehq/tollgate/pkg/store/redis"
+	"github.com/tollgatehq/tollgate/pkg/store/storetest"
 )
 
 // t0 is the vectors' start, 2025-06-15T13:46:40Z.
@@ -97,7 +97,7 @@ func TestVectors(t *testing.T) {
 			window time.Duration
 		}{{"batched", 0}, {"unbatched", -1}} {
 			t.Run(d.name+"/"+batch.name, func(t *testing.T) {
-				algorithmtest.Run(t, func(t *testing.T, clock *algorithmtest.Clock) store.Store {
+				storetest.Run(t, func(t *testing.T, clock *storetest.Clock) store.Store {
 					return newStore(t, redis.Options{
 						Client:      d.client(t),
 						KeyPrefix:   "v" + batch.name[:1],
@@ -256,7 +256,7 @@ func TestTokenBucketIsOneInteger(t *testing.T) {
 		}
 	})
 	t.Run("client clock", func(t *testing.T) {
-		clock := algorithmtest.NewClock(t0)
+		clock := storetest.NewClock(t0)
 		s := newStore(t, redis.Options{Client: client, KeyPrefix: "cli", Now: clock.Now})
 		for range 3 {
 			apply(t, s, hit("u1", l, 1))

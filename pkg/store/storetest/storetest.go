@@ -1,5 +1,3 @@
-// Package storetest holds stores for the tests of code that uses a
-// store.Store.
 package storetest
 
 import (

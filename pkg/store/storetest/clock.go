@@ -1,4 +1,4 @@
-package algorithmtest
+package storetest
 
 import (
 	"sync"

@@ -1,18 +1,26 @@
-// Package algorithmtest holds the test vectors every tollgate store must
-// reproduce exactly, and a harness that runs them against any store.Store.
+// Package storetest holds what the tests of stores and of their callers
+// share: the vectors every tollgate store must reproduce exactly, a
+// harness that runs them against any store.Store, a settable Clock, and
+// Failing, a store that is down.
 //
-// The vectors pin down the algorithms of package algorithm (every Verdict
-// field, to the µs) and the batch rules of store.Store: a batch is decided
-// hit by hit, each hit seeing the counter as the earlier hits of the batch
-// left it; when a hit that is not Soft is rejected nothing in the batch is
+// The vectors are package algorithmtest's, each a run of single-hit
+// batches on one counter, and vectors of storetest's own for what only a
+// store has: batches, soft hits and the identity of counters. Together
+// they pin down the algorithms of package algorithm (every Verdict field,
+// to the µs) and the batch rules of store.Store: a batch is decided hit by
+// hit, each hit seeing the counter as the earlier hits of the batch left
+// it; when a hit that is not Soft is rejected nothing in the batch is
 // charged, and each admitted hit of that batch reports Allowed with the
 // Remaining and ResetAfter of its unchanged counter (what a check, cost 0,
-// would report) while rejected hits keep their own verdicts.
+// would report) while rejected hits keep their own verdicts. A hit on a
+// limit that Apply cannot evaluate is rejected like any other, so it
+// blocks its batch unless it is Soft.
 //
-// The memory store runs them in its tests, the Redis store runs them against
-// a real redis-server with the Clock's time handed to its Lua scripts, and
-// package algorithm runs them through a trivial map-backed store.
-package algorithmtest
+// The memory store runs them in its tests, the Redis store runs them
+// against a real redis-server with the Clock's time handed to its Lua
+// script, and this package's own test runs them through a trivial
+// map-backed store that writes the batch rules out plainly.
+package storetest
 
 import (
 	"fmt"
@@ -21,6 +29,7 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
+	"github.com/tollgatehq/tollgate/pkg/algorithm/algorithmtest"
 	"github.com/tollgatehq/tollgate/pkg/store"
 )
 
@@ -37,7 +46,8 @@ type Vector struct {
 	Steps []Step
 }
 
-// Step is one batch, handed to Store.Apply at Start+At.
+// Step is one batch, handed to Store.Apply at Start+At. Want holds one
+// verdict per hit.
 type Step struct {
 	At   time.Duration
 	Hits []Hit
@@ -46,8 +56,8 @@ type Step struct {
 
 // Hit is one hit of a step.
 type Hit struct {
-	// Key is the descriptor value: the hit counts against the descriptor
-	// [{"key", Key}]. Hits with the same descriptor share a counter when
+	// Key is the descriptor value, "k" when empty: the hit counts against
+	// the descriptor [{"key", Key}]. Hits with the same descriptor share a counter when
 	// their limits have the same Kind and Period.
 	Key string
 	// Entries, when set, replaces the descriptor built from Key.
@@ -67,7 +77,7 @@ type Hit struct {
 // timeline). Every Verdict field is compared exactly.
 func Run(t *testing.T, newStore func(t *testing.T, clock *Clock) store.Store) {
 	t.Helper()
-	clock := NewClock(time.UnixMicro(start))
+	clock := NewClock(time.UnixMicro(algorithmtest.Start))
 	s := newStore(t, clock)
 	for _, v := range Vectors() {
 		t.Run(v.Name, func(t *testing.T) { RunVector(t, s, clock, v) })
@@ -123,7 +133,7 @@ func (v Vector) storeHit(h Hit) store.Hit {
 		limit = v.Limit
 	}
 	return store.Hit{
-		Domain:  "algorithmtest/" + v.Name,
+		Domain:  "storetest/" + v.Name,
 		Entries: entries,
 		Shard:   shard,
 		Limit:   limit,

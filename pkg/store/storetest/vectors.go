@@ -1,0 +1,197 @@
+package storetest
+
+import (
+	"time"
+
+	"github.com/tollgatehq/tollgate/pkg/algorithm"
+	"github.com/tollgatehq/tollgate/pkg/algorithm/algorithmtest"
+	"github.com/tollgatehq/tollgate/pkg/store"
+)
+
+const (
+	ms  = time.Millisecond
+	sec = time.Second
+)
+
+// Vectors returns the test vectors, a fresh copy on every call: first
+// those of algorithmtest.Vectors, each step a batch of one hit on the
+// counter of Key "k", then the batch and identity vectors of this package,
+// worked out by hand from the batch rules.
+func Vectors() []Vector {
+	var vs []Vector
+	for _, av := range algorithmtest.Vectors() {
+		v := Vector{Name: av.Name, Limit: av.Limit, Start: av.Start, Steps: make([]Step, len(av.Steps))}
+		for i, s := range av.Steps {
+			v.Steps[i] = Step{At: s.At, Hits: []Hit{{Cost: s.Cost}}, Want: []algorithm.Verdict{s.Want}}
+		}
+		vs = append(vs, v)
+	}
+	return append(vs, []Vector{
+		// Batches.
+		{
+			Name: "batch/all_or_nothing", Limit: fixedWindow(2, sec), Start: algorithmtest.Start,
+			Steps: []Step{
+				{Hits: []Hit{{Key: "a", Cost: 1}, {Key: "b", Cost: 1}},
+					Want: []algorithm.Verdict{ok(2, 1, sec), ok(2, 1, sec)}},
+				// b is rejected, so a is not charged and reports its counter.
+				{Hits: []Hit{{Key: "a", Cost: 1}, {Key: "b", Cost: 2}},
+					Want: []algorithm.Verdict{ok(2, 1, sec), no(2, 1, sec, sec)}},
+				{Hits: []Hit{{Key: "a", Cost: 1}}, Want: []algorithm.Verdict{ok(2, 0, sec)}},
+				{Hits: []Hit{{Key: "b", Cost: 1}}, Want: []algorithm.Verdict{ok(2, 0, sec)}},
+			},
+		},
+		{
+			Name: "batch/rollback_every_algorithm", Start: algorithmtest.Start,
+			Steps: []Step{
+				{Hits: []Hit{
+					{Key: "tb", Limit: tokenBucket(2, 0, sec), Cost: 1},
+					{Key: "fw", Limit: fixedWindow(2, sec), Cost: 1},
+					{Key: "swc", Limit: slidingCounter(2, sec), Cost: 1},
+					{Key: "swl", Limit: slidingLog(2, sec), Cost: 1},
+				}, Want: []algorithm.Verdict{ok(2, 1, 500*ms), ok(2, 1, sec), ok(2, 1, 2*sec), ok(2, 1, sec)}},
+				{Hits: []Hit{{Key: "full", Limit: fixedWindow(1, sec), Cost: 1}},
+					Want: []algorithm.Verdict{ok(1, 0, sec)}},
+				{At: 100 * ms, Hits: []Hit{
+					{Key: "tb", Limit: tokenBucket(2, 0, sec), Cost: 1},
+					{Key: "fw", Limit: fixedWindow(2, sec), Cost: 1},
+					{Key: "swc", Limit: slidingCounter(2, sec), Cost: 1},
+					{Key: "swl", Limit: slidingLog(2, sec), Cost: 1},
+					{Key: "full", Limit: fixedWindow(1, sec), Cost: 1},
+				}, Want: []algorithm.Verdict{
+					ok(2, 1, 400*ms), ok(2, 1, 900*ms), ok(2, 1, 1900*ms), ok(2, 1, 900*ms),
+					no(1, 0, 900*ms, 900*ms),
+				}},
+				// Had the rolled-back batch charged anything, these would fail.
+				{At: 100 * ms, Hits: []Hit{
+					{Key: "tb", Limit: tokenBucket(2, 0, sec), Cost: 1},
+					{Key: "fw", Limit: fixedWindow(2, sec), Cost: 1},
+					{Key: "swc", Limit: slidingCounter(2, sec), Cost: 1},
+					{Key: "swl", Limit: slidingLog(2, sec), Cost: 1},
+				}, Want: []algorithm.Verdict{ok(2, 0, 900*ms), ok(2, 0, 900*ms), ok(2, 0, 1900*ms), ok(2, 0, sec)}},
+				{At: 100 * ms, Hits: []Hit{
+					{Key: "tb", Limit: tokenBucket(2, 0, sec), Cost: 0},
+					{Key: "fw", Limit: fixedWindow(2, sec), Cost: 0},
+					{Key: "swc", Limit: slidingCounter(2, sec), Cost: 0},
+					{Key: "swl", Limit: slidingLog(2, sec), Cost: 0},
+				}, Want: []algorithm.Verdict{
+					no(2, 0, 900*ms, 400*ms), no(2, 0, 900*ms, 900*ms), no(2, 0, 1900*ms, 1400*ms), no(2, 0, sec, 900*ms),
+				}},
+			},
+		},
+		{
+			Name: "batch/soft_hits", Limit: fixedWindow(1, sec), Start: algorithmtest.Start,
+			Steps: []Step{
+				{Hits: []Hit{{Key: "a", Cost: 1, Soft: true}, {Key: "b", Cost: 1}},
+					Want: []algorithm.Verdict{ok(1, 0, sec), ok(1, 0, sec)}},
+				// A rejected soft hit does not block c, which is charged.
+				{Hits: []Hit{{Key: "a", Cost: 1, Soft: true}, {Key: "c", Cost: 1}},
+					Want: []algorithm.Verdict{no(1, 0, sec, sec), ok(1, 0, sec)}},
+				{Hits: []Hit{{Key: "c", Cost: 0}}, Want: []algorithm.Verdict{no(1, 0, sec, sec)}},
+				// A hard rejection rolls back an admitted soft hit too.
+				{Hits: []Hit{{Key: "d", Cost: 1, Soft: true}, {Key: "b", Cost: 1}},
+					Want: []algorithm.Verdict{ok(1, 1, 0), no(1, 0, sec, sec)}},
+				{Hits: []Hit{{Key: "d", Cost: 1}}, Want: []algorithm.Verdict{ok(1, 0, sec)}},
+			},
+		},
+		{
+			Name: "batch/same_counter_twice", Limit: fixedWindow(3, sec), Start: algorithmtest.Start,
+			Steps: []Step{
+				{Hits: []Hit{{Key: "a", Cost: 2}, {Key: "a", Cost: 1}},
+					Want: []algorithm.Verdict{ok(3, 1, sec), ok(3, 0, sec)}},
+				{Hits: []Hit{{Key: "a", Cost: 0}}, Want: []algorithm.Verdict{no(3, 0, sec, sec)}},
+				// The second hit sees the first; its rejection undoes both.
+				{Hits: []Hit{{Key: "x", Cost: 2}, {Key: "x", Cost: 2}},
+					Want: []algorithm.Verdict{ok(3, 3, 0), no(3, 1, sec, sec)}},
+				{Hits: []Hit{{Key: "x", Cost: 3}}, Want: []algorithm.Verdict{ok(3, 0, sec)}},
+			},
+		},
+
+		{
+			// A log refunded and then appended to within a batch that is
+			// rolled back keeps its entries: the entry at 100 ms must not
+			// become one at 200 ms. The hit that blocks the batch is on a
+			// second limit of the same descriptor, so a Redis Cluster
+			// decides the batch in one slot group, all or nothing (across
+			// slot groups a rejection is undone by refunds, which cannot
+			// restore the log).
+			Name: "batch/log_refund_and_append_rolled_back", Limit: slidingLog(3, sec), Start: algorithmtest.Start,
+			Steps: []Step{
+				{Hits: []Hit{{Cost: 1}}, Want: []algorithm.Verdict{ok(3, 2, sec)}},
+				{At: 100 * ms, Hits: []Hit{{Cost: 1}}, Want: []algorithm.Verdict{ok(3, 1, sec)}},
+				{At: 200 * ms, Hits: []Hit{{Cost: -1}, {Cost: 1}, {Limit: fixedWindow(0, sec), Cost: 1}},
+					Want: []algorithm.Verdict{ok(3, 1, 900*ms), ok(3, 1, 900*ms), no(0, 0, 0, sec)}},
+				{At: 200 * ms, Hits: []Hit{{Cost: 0}}, Want: []algorithm.Verdict{ok(3, 1, 900*ms)}},
+			},
+		},
+		{
+			// A hit on a limit Apply cannot evaluate is rejected: when it is
+			// not Soft nothing in its batch is charged.
+			Name: "batch/invalid_limit", Limit: fixedWindow(2, sec), Start: algorithmtest.Start,
+			Steps: []Step{
+				{Hits: []Hit{{Key: "a", Cost: 1}, {Key: "bad", Limit: fixedWindow(2, 0), Cost: 1}},
+					Want: []algorithm.Verdict{ok(2, 2, 0), {}}},
+				{Hits: []Hit{{Key: "a", Cost: 1}, {Key: "bad", Limit: fixedWindow(2, 0), Cost: 1, Soft: true}},
+					Want: []algorithm.Verdict{ok(2, 1, sec), {}}},
+				{Hits: []Hit{{Key: "a", Cost: 0}}, Want: []algorithm.Verdict{ok(2, 1, sec)}},
+			},
+		},
+
+		// Counter identity: Domain, Entries, Kind and Period.
+		{
+			Name: "identity/limit_changes", Start: algorithmtest.Start,
+			Steps: []Step{
+				{Hits: []Hit{{Key: "a", Limit: fixedWindow(3, sec), Cost: 2}}, Want: []algorithm.Verdict{ok(3, 1, sec)}},
+				// Requests changed: same counter.
+				{Hits: []Hit{{Key: "a", Limit: fixedWindow(5, sec), Cost: 2}}, Want: []algorithm.Verdict{ok(5, 1, sec)}},
+				{Hits: []Hit{{Key: "a", Limit: fixedWindow(2, sec), Cost: 0}}, Want: []algorithm.Verdict{no(2, 0, sec, sec)}},
+				// Period or Kind changed: another counter.
+				{Hits: []Hit{{Key: "a", Limit: fixedWindow(5, 2*sec), Cost: 1}}, Want: []algorithm.Verdict{ok(5, 4, 2*sec)}},
+				{Hits: []Hit{{Key: "a", Limit: tokenBucket(5, 0, sec), Cost: 1}}, Want: []algorithm.Verdict{ok(5, 4, 200*ms)}},
+				// Burst changed: same bucket, 4.6 tokens of 5.
+				{Hits: []Hit{{Key: "a", Limit: tokenBucket(2, 3, sec), Cost: 0}}, Want: []algorithm.Verdict{ok(5, 4, 200*ms)}},
+			},
+		},
+		{
+			Name: "identity/entries", Limit: fixedWindow(1, sec), Start: algorithmtest.Start,
+			Steps: []Step{
+				// Concatenations of these collide; the counters must not.
+				{Hits: []Hit{
+					{Entries: []store.Entry{{Key: "a", Value: "bc"}}, Cost: 1},
+					{Entries: []store.Entry{{Key: "ab", Value: "c"}}, Cost: 1},
+					{Entries: []store.Entry{{Key: "a", Value: "b"}, {Key: "c", Value: ""}}, Cost: 1},
+					{Entries: []store.Entry{{Key: "a", Value: ""}, {Key: "bc", Value: ""}}, Cost: 1},
+					{Entries: []store.Entry{{Key: "", Value: "abc"}}, Cost: 1},
+				}, Want: []algorithm.Verdict{ok(1, 0, sec), ok(1, 0, sec), ok(1, 0, sec), ok(1, 0, sec), ok(1, 0, sec)}},
+				// Shard does not identify a counter.
+				{Hits: []Hit{{Entries: []store.Entry{{Key: "a", Value: "bc"}}, Shard: "elsewhere", Cost: 0}},
+					Want: []algorithm.Verdict{no(1, 0, sec, sec)}},
+			},
+		},
+	}...)
+}
+
+func tokenBucket(requests, burst int64, period time.Duration) algorithm.Limit {
+	return algorithm.Limit{Kind: algorithm.TokenBucket, Requests: requests, Burst: burst, Period: period.Microseconds()}
+}
+
+func fixedWindow(requests int64, period time.Duration) algorithm.Limit {
+	return algorithm.Limit{Kind: algorithm.FixedWindow, Requests: requests, Period: period.Microseconds()}
+}
+
+func slidingCounter(requests int64, period time.Duration) algorithm.Limit {
+	return algorithm.Limit{Kind: algorithm.SlidingWindowCounter, Requests: requests, Period: period.Microseconds()}
+}
+
+func slidingLog(requests int64, period time.Duration) algorithm.Limit {
+	return algorithm.Limit{Kind: algorithm.SlidingWindowLog, Requests: requests, Period: period.Microseconds()}
+}
+
+// ok is an admitted verdict.
+func ok(limit, remaining int64, resetAfter time.Duration) algorithm.Verdict {
+	return algorithm.Verdict{Allowed: true, Limit: limit, Remaining: remaining, ResetAfter: resetAfter}
+}
+
+// no is a rejected verdict.
+func no(limit, remaining int64, resetAfter, retryAfter time.Duration) algorithm.Verdict {
+	return algorithm.Verdict{Limit: limit, Remaining: remaining, ResetAfter: resetAfter, RetryAfter: retryAfter}
+}
