@@ -82,6 +82,7 @@ const maxBreakerCount = 1_000_000
 func settingsFlags(fs *pflag.FlagSet) *pflag.FlagSet {
 	outer := fs
 	fs = pflag.NewFlagSet(outer.Name(), pflag.ContinueOnError)
+	fs.SortFlags = false // so AddFlagSet adds them in the order declared here
 	fs.String("settings", "", "optional settings file (YAML, TOML or JSON) with the same names as the flags")
 	fs.String("config-dir", "config", "directory of descriptor YAML files, watched for changes")
 	fs.String("grpc-addr", ":8081", "gRPC listen address (RateLimitService and health)")
