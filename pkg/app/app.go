@@ -21,7 +21,6 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
-	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/httpapi"
 	"github.com/tollgatehq/tollgate/pkg/limiter"
 	"github.com/tollgatehq/tollgate/pkg/reload"
@@ -73,7 +72,7 @@ func New(ctx context.Context, s Settings, logger *slog.Logger) (*App, error) {
 
 func (a *App) build(ctx context.Context) error {
 	s := a.settings
-	treeOpts, err := descriptorOptions(s.DefaultAlgorithm, s.FailureMode, s.MaxPatterns)
+	treeOpts, err := s.descriptorOptions()
 	if err != nil {
 		return err
 	}
@@ -86,16 +85,8 @@ func (a *App) build(ctx context.Context) error {
 	}
 	meters := a.telemetry.MeterProvider()
 
-	a.reloader, err = reload.New(reload.Options{
-		Dir: s.ConfigDir,
-		Load: func(dir string) (*descriptor.Tree, error) {
-			return descriptor.Load(dir, treeOpts)
-		},
-		Logger:        a.logger,
-		MeterProvider: meters,
-	})
-	if err != nil {
-		return fmt.Errorf("loading descriptor configuration: %w", err)
+	if a.reloader, err = newReloader(s, a.logger, meters); err != nil {
+		return err
 	}
 
 	st, err := a.newStore(meters)

@@ -14,7 +14,6 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/tollgatehq/tollgate/pkg/algorithm"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/loadgen"
 	"github.com/tollgatehq/tollgate/pkg/rlsclient"
@@ -25,13 +24,17 @@ const usage = `tollgate: a rate-limit service for Envoy.
 
 Usage:
   tollgate [serve] [flags]        serve the RateLimitService (the default)
-  tollgate check DIR              validate a descriptor configuration directory
-  tollgate explain DIR --domain D --descriptor k=v,k2=v2
+  tollgate check [DIR] [flags]    validate a descriptor configuration directory
+  tollgate explain [DIR] --domain D --descriptor k=v,k2=v2 [flags]
                                   show which rule a descriptor resolves to, and why
   tollgate query --addr HOST:PORT --domain D --descriptor k=v[,k2=v2] [--descriptor ...] [--hits N]
                                   send one ShouldRateLimit call and print the answer
   tollgate bench --addr HOST:PORT --domain D --descriptor 'api_key=k{key}' [-c N] [--rate R] ...
                                   load any RateLimitService and print JSON results
+
+check and explain take serve's flags, TOLLGATE_* environment and --settings
+file, so they judge a configuration exactly as serve would; DIR stands for
+--config-dir.
 
 Run "tollgate COMMAND --help" for a command's flags.
 `
@@ -39,6 +42,12 @@ Run "tollgate COMMAND --help" for a command's flags.
 // Main runs the tollgate command line with args (without the program name)
 // and returns the process exit code. Only main calls os.Exit.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return run(ctx, args, stdout, stderr, os.Getenv)
+}
+
+// run is Main reading the environment through getenv, so that tests need
+// not touch the process environment.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	cmd := "serve"
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		cmd, args = args[0], args[1:]
@@ -46,11 +55,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var err error
 	switch cmd {
 	case "serve":
-		err = serve(ctx, args, stderr)
+		err = serve(ctx, args, stderr, getenv)
 	case "check":
-		err = check(args, stdout)
+		err = check(args, stdout, stderr, getenv)
 	case "explain":
-		err = explain(args, stdout)
+		err = explain(args, stdout, stderr, getenv)
 	case "query":
 		err = query(ctx, args, stdout)
 	case "bench":
@@ -95,20 +104,20 @@ func newFlagSet(name string) *pflag.FlagSet {
 // the CPU per decision by a fifth in the Redis load test.
 const gcPercent = 400
 
-func serve(ctx context.Context, args []string, stderr io.Writer) error {
+func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(string) string) error {
 	if _, set := os.LookupEnv("GOGC"); !set {
 		debug.SetGCPercent(gcPercent)
 	}
 	fs := newFlagSet("serve")
-	settingsFlags(fs)
 	fs.SetOutput(stderr)
+	settings := settingsFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usageError("unexpected arguments %q", fs.Args())
 	}
-	s, err := loadSettings(fs, os.Getenv)
+	s, err := loadSettings(settings, getenv)
 	if err != nil {
 		return err
 	}
@@ -136,41 +145,39 @@ func newLogger(s Settings, w io.Writer) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(w, opts)), nil
 }
 
-// loadDir loads a configuration directory for check and explain, with the
-// settings of serve that change what a configuration means.
-func loadDir(fs *pflag.FlagSet, args []string) (*descriptor.Tree, error) {
-	alg := fs.String("default-algorithm", "token_bucket", "algorithm of rules that name none")
-	mode := fs.String("failure-mode", "open", "failure mode of rules that name none")
-	patterns := fs.Int("max-patterns", 1000, "most wildcard values of one key at one level")
+// loadTree loads the descriptor configuration for check and explain with
+// the settings and through the loader of serve. fs holds the command's own
+// flags; its one optional argument is the configuration directory, and
+// stands for --config-dir.
+func loadTree(fs *pflag.FlagSet, args []string, getenv func(string) string) (*descriptor.Tree, error) {
+	settings := settingsFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	if fs.NArg() != 1 {
-		return nil, usageError("want exactly one configuration directory, got %d arguments", fs.NArg())
+	switch fs.NArg() {
+	case 0:
+	case 1:
+		if err := fs.Set("config-dir", fs.Arg(0)); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, usageError("want at most one configuration directory, got %d arguments", fs.NArg())
 	}
-	opts, err := descriptorOptions(*alg, *mode, *patterns)
+	s, err := loadSettings(settings, getenv)
 	if err != nil {
-		return nil, usageError("%v", err)
+		return nil, err
 	}
-	return descriptor.Load(fs.Arg(0), opts)
+	r, err := newReloader(s, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	return r.Current(), nil
 }
 
-// descriptorOptions returns the options that serve, check and explain load
-// configurations with.
-func descriptorOptions(defaultAlgorithm, failureMode string, maxPatterns int) (descriptor.Options, error) {
-	kind, err := algorithm.ParseKind(defaultAlgorithm)
-	if err != nil {
-		return descriptor.Options{}, fmt.Errorf("default-algorithm: %w", err)
-	}
-	mode, err := descriptor.ParseFailureMode(failureMode)
-	if err != nil {
-		return descriptor.Options{}, fmt.Errorf("failure-mode: %w", err)
-	}
-	return descriptor.Options{DefaultAlgorithm: kind, DefaultFailureMode: mode, MaxPatterns: maxPatterns}, nil
-}
-
-func check(args []string, stdout io.Writer) error {
-	tree, err := loadDir(newFlagSet("check"), args)
+func check(args []string, stdout, stderr io.Writer, getenv func(string) string) error {
+	fs := newFlagSet("check")
+	fs.SetOutput(stderr)
+	tree, err := loadTree(fs, args, getenv)
 	if err != nil {
 		return err
 	}
@@ -178,11 +185,12 @@ func check(args []string, stdout io.Writer) error {
 	return nil
 }
 
-func explain(args []string, stdout io.Writer) error {
+func explain(args []string, stdout, stderr io.Writer, getenv func(string) string) error {
 	fs := newFlagSet("explain")
+	fs.SetOutput(stderr)
 	domain := fs.String("domain", "", "domain of the descriptor")
 	desc := fs.String("descriptor", "", "descriptor entries: k=v,k2=v2")
-	tree, err := loadDir(fs, args)
+	tree, err := loadTree(fs, args, getenv)
 	if err != nil {
 		return err
 	}

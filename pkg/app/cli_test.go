@@ -3,15 +3,22 @@ package app
 import (
 	"bytes"
 	"context"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 )
 
+// runMain runs the command line with an empty environment.
 func runMain(args ...string) (code int, stdout, stderr string) {
+	return runEnv(context.Background(), nil, args...)
+}
+
+// runEnv runs the command line with the environment env.
+func runEnv(ctx context.Context, env map[string]string, args ...string) (code int, stdout, stderr string) {
 	var out, errOut bytes.Buffer
-	code = Main(context.Background(), args, &out, &errOut)
+	code = run(ctx, args, &out, &errOut, func(k string) string { return env[k] })
 	return code, out.String(), errOut.String()
 }
 
@@ -78,8 +85,9 @@ func TestUsageErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
-		{[]string{"check"}, 2, "want exactly one configuration directory"},
-		{[]string{"check", "../../config-examples", "--failure-mode", "maybe"}, 2, `failure-mode: unknown failure mode "maybe"`},
+		{[]string{"check", "a", "b"}, 2, "want at most one configuration directory, got 2 arguments"},
+		{[]string{"check"}, 1, "loading descriptors from config: "},
+		{[]string{"check", "../../config-examples", "--failure-mode", "maybe"}, 1, `failure-mode: unknown failure mode "maybe"`},
 		{[]string{"explain", "../../config-examples", "--domain", "tiers", "--descriptor", "novalue"}, 2, `entry "novalue" is not key=value`},
 		{[]string{"query", "--domain", "x"}, 2, "--domain and at least one --descriptor are required"},
 		{[]string{"serve", "--store", "etcd"}, 1, `unknown store "etcd"`},
@@ -90,6 +98,82 @@ func TestUsageErrors(t *testing.T) {
 			code, _, errOut := runMain(tt.args...)
 			if code != tt.code || !strings.Contains(errOut, tt.want) {
 				t.Fatalf("exit %d, stderr %q; want exit %d containing %q", code, errOut, tt.code, tt.want)
+			}
+		})
+	}
+}
+
+// TestCheckJudgesAsServe gives check and serve the same environment and
+// flags and wants the same verdict from both: both accept the
+// configuration (serve then stops at once, its context being done), or
+// both reject it with the same error.
+func TestCheckJudgesAsServe(t *testing.T) {
+	dir := t.TempDir()
+	files := map[string]string{
+		"burst.yaml": "domain: b\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10, burst: 5}\n",
+		"lists.yaml": "domain: l\ndescriptors:\n  - key: k\n    value: a*\n    action: deny\n  - key: k\n    value: b*\n    action: allow\n",
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	settingsFile := filepath.Join(t.TempDir(), "tollgate.yaml")
+	if err := os.WriteFile(settingsFile, []byte("default-algorithm: fixed_window\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	burstErr := "burst.yaml:4: k: rate_limit: burst applies only to token_bucket, not fixed_window (the algorithm comes from the service's default)"
+	patternsErr := `lists.yaml:6: k=b*: more than 1 wildcard values of key "k" at one level: a request tries them in turn (Options.MaxPatterns)`
+	tests := []struct {
+		name string
+		env  map[string]string
+		args []string
+		want string // the error, "" when the configuration is accepted
+	}{
+		{name: "defaults"},
+		{name: "default algorithm from the environment", env: map[string]string{"TOLLGATE_DEFAULT_ALGORITHM": "fixed_window"}, want: burstErr},
+		{name: "default algorithm from the settings file", args: []string{"--settings", settingsFile}, want: burstErr},
+		{name: "default algorithm flag", args: []string{"--default-algorithm", "fixed_window"}, want: burstErr},
+		{
+			name: "flag over environment",
+			env:  map[string]string{"TOLLGATE_DEFAULT_ALGORITHM": "fixed_window"},
+			args: []string{"--default-algorithm", "token_bucket"},
+		},
+		{name: "failure mode flag", args: []string{"--failure-mode", "closed"}},
+		{name: "bad failure mode flag", args: []string{"--failure-mode", "maybe"}, want: `failure-mode: unknown failure mode "maybe" (want open, closed or local)`},
+		{name: "bad failure mode from the environment", env: map[string]string{"TOLLGATE_FAILURE_MODE": "maybe"}, want: `failure-mode: unknown failure mode "maybe" (want open, closed or local)`},
+		{name: "max patterns from the environment", env: map[string]string{"TOLLGATE_MAX_PATTERNS": "1"}, want: patternsErr},
+		{name: "max patterns flag", args: []string{"--max-patterns", "1"}, want: patternsErr},
+		{name: "max patterns out of range", env: map[string]string{"TOLLGATE_MAX_PATTERNS": "0"}, want: "max-patterns: must be positive, got 0"},
+		{name: "a setting only serve uses", env: map[string]string{"TOLLGATE_STORE": "etcd"}, want: `store: unknown store "etcd" (want memory or redis)`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := map[string]string{
+				"TOLLGATE_CONFIG_DIR": dir,
+				"TOLLGATE_GRPC_ADDR":  "127.0.0.1:0",
+				"TOLLGATE_HTTP_ADDR":  "127.0.0.1:0",
+				"TOLLGATE_DEBUG_ADDR": "127.0.0.1:0",
+				"TOLLGATE_LOG_LEVEL":  "error",
+			}
+			maps.Copy(env, tt.env)
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			verdicts := map[string]string{}
+			for _, cmd := range []string{"serve", "check"} {
+				code, _, errOut := runEnv(ctx, env, append([]string{cmd}, tt.args...)...)
+				prefix := "tollgate " + cmd + ": "
+				_, got, failed := strings.Cut(errOut, prefix)
+				switch {
+				case tt.want == "" && (code != 0 || failed):
+					t.Fatalf("%s: exit %d, stderr %q; want it to accept the configuration", cmd, code, errOut)
+				case tt.want != "" && (code != 1 || !strings.Contains(got, tt.want)):
+					t.Fatalf("%s: exit %d, stderr %q; want exit 1 and an error containing %q", cmd, code, errOut, tt.want)
+				}
+				verdicts[cmd] = got
+			}
+			if verdicts["serve"] != verdicts["check"] {
+				t.Errorf("serve and check disagree:\nserve: %q\ncheck: %q", verdicts["serve"], verdicts["check"])
 			}
 		})
 	}

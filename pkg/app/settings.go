@@ -10,15 +10,19 @@ import (
 
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/limiter"
+	"github.com/tollgatehq/tollgate/pkg/reload"
 	"github.com/tollgatehq/tollgate/pkg/store/redis"
 )
 
-// Settings configure `tollgate serve`. They come from flags, TOLLGATE_*
-// environment variables and an optional settings file, in that precedence.
+// Settings configure `tollgate serve`, and `check` and `explain` with it,
+// so those judge a configuration as serve would. They come from flags,
+// TOLLGATE_* environment variables and an optional settings file, in that
+// precedence, always through loadSettings.
 type Settings struct {
 	ConfigDir        string `mapstructure:"config-dir"`
 	GRPCAddr         string `mapstructure:"grpc-addr"`
@@ -72,8 +76,13 @@ type Settings struct {
 // the breaker counts in uint32.
 const maxBreakerCount = 1_000_000
 
-// settingsFlags declares every setting as a flag with its default.
-func settingsFlags(fs *pflag.FlagSet) {
+// settingsFlags declares every setting as a flag with its default. It
+// declares them in a flag set of their own, adds that to fs, which may hold
+// a command's other flags, and returns it for loadSettings.
+func settingsFlags(fs *pflag.FlagSet) *pflag.FlagSet {
+	outer := fs
+	fs = pflag.NewFlagSet(outer.Name(), pflag.ContinueOnError)
+	fs.SortFlags = false // so AddFlagSet adds them in the order declared here
 	fs.String("settings", "", "optional settings file (YAML, TOML or JSON) with the same names as the flags")
 	fs.String("config-dir", "config", "directory of descriptor YAML files, watched for changes")
 	fs.String("grpc-addr", ":8081", "gRPC listen address (RateLimitService and health)")
@@ -117,18 +126,21 @@ func settingsFlags(fs *pflag.FlagSet) {
 	fs.Int("max-value-length", 4096, "longest descriptor entry value, in bytes")
 	fs.Int("max-hits", 1_000_000, "largest hits_addend, of a request or a descriptor")
 	fs.Int("max-patterns", 1000, "most wildcard values of one key at one level of the configuration (allow and deny lists)")
+	outer.AddFlagSet(fs)
+	return fs
 }
 
 // DefaultSettings returns the settings of `tollgate serve` without flags,
 // environment or settings file.
 func DefaultSettings() (Settings, error) {
-	fs := pflag.NewFlagSet("defaults", pflag.ContinueOnError)
-	settingsFlags(fs)
+	fs := settingsFlags(pflag.NewFlagSet("defaults", pflag.ContinueOnError))
 	return loadSettings(fs, func(string) string { return "" })
 }
 
-// loadSettings resolves settings from the parsed flags, the environment and
-// the settings file named by --settings.
+// loadSettings resolves and validates settings from the parsed flags that
+// settingsFlags returned, the environment read through getenv and the
+// settings file named by --settings. It is the one way every command gets
+// its settings.
 func loadSettings(fs *pflag.FlagSet, getenv func(string) string) (Settings, error) {
 	v := viper.New()
 	if err := v.BindPFlags(fs); err != nil {
@@ -231,6 +243,39 @@ func (s Settings) validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// descriptorOptions returns the options the descriptor configuration is
+// loaded with.
+func (s Settings) descriptorOptions() (descriptor.Options, error) {
+	kind, err := algorithm.ParseKind(s.DefaultAlgorithm)
+	if err != nil {
+		return descriptor.Options{}, fmt.Errorf("default-algorithm: %w", err)
+	}
+	mode, err := descriptor.ParseFailureMode(s.FailureMode)
+	if err != nil {
+		return descriptor.Options{}, fmt.Errorf("failure-mode: %w", err)
+	}
+	return descriptor.Options{DefaultAlgorithm: kind, DefaultFailureMode: mode, MaxPatterns: s.MaxPatterns}, nil
+}
+
+// newReloader loads the descriptor configuration in s.ConfigDir and returns
+// the reloader that keeps it. serve, check and explain all load through it,
+// so they accept and reject a configuration alike, with the same error.
+// logger and meters may be nil.
+func newReloader(s Settings, logger *slog.Logger, meters metric.MeterProvider) (*reload.Reloader, error) {
+	opts, err := s.descriptorOptions()
+	if err != nil {
+		return nil, err
+	}
+	return reload.New(reload.Options{
+		Dir: s.ConfigDir,
+		Load: func(dir string) (*descriptor.Tree, error) {
+			return descriptor.Load(dir, opts)
+		},
+		Logger:        logger,
+		MeterProvider: meters,
+	})
 }
 
 // redisConfig returns the redis client settings, checked.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -52,7 +51,7 @@ func newReal(t *testing.T, dir string) *reload.Reloader {
 	return r
 }
 
-func TestRealEditIsLiveWithinOneSecond(t *testing.T) {
+func TestRealEditGoesLive(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "api.yaml"), limitYAML(10))
@@ -65,7 +64,7 @@ func TestRealEditIsLiveWithinOneSecond(t *testing.T) {
 
 	write(t, filepath.Join(dir, "api.yaml"), limitYAML(20))
 	began := time.Now()
-	eventually(t, time.Second, func() bool { return limitOf(r.Current()) == 20 }, "edit not live")
+	eventually(t, wait, func() bool { return limitOf(r.Current()) == 20 }, "edit not live")
 	t.Logf("edit live after %v", time.Since(began))
 
 	tree := r.Current()
@@ -210,9 +209,10 @@ func BenchmarkReload(b *testing.B) {
 		}
 	}()
 
-	// Let Run's own first reload finish outside the timed loop.
-	for r.Status().Reloads < 2 {
-		runtime.Gosched()
+	// A Reload waits for Run to start, and so for Run's own first reload:
+	// both happen outside the timed loop.
+	if err := r.Reload(ctx); err != nil {
+		b.Fatal(err)
 	}
 
 	b.ReportAllocs()

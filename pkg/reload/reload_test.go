@@ -444,30 +444,6 @@ func TestReloadAfterRunReturns(t *testing.T) {
 	}
 }
 
-func TestDebounceCoalescesBursts(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	write(t, filepath.Join(dir, "x.yaml"), "v0")
-	f := &fakeLoader{}
-	r, err := reload.New(reload.Options{Dir: dir, Load: f.load, Debounce: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	start(t, r)
-	calls := f.callCount()
-
-	const edits = 30
-	for i := 1; i <= edits; i++ {
-		write(t, filepath.Join(dir, "x.yaml"), fmt.Sprintf("v%d", i))
-	}
-	want := fmt.Sprintf("x.yaml=v%d", edits)
-	eventually(t, wait, func() bool { return f.saw() == want }, "burst not reloaded; loader saw %q", f.saw())
-	// The burst lasts milliseconds: one reload, or a few on a very slow machine.
-	if n := f.callCount() - calls; n > 3 {
-		t.Errorf("%d edits caused %d reloads, want them coalesced", edits, n)
-	}
-}
-
 func TestLoaderPanicIsAFailure(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

@@ -38,7 +38,7 @@ func (r *Reloader) Run(ctx context.Context) error {
 	// Close stops fsnotify's reader goroutine and waits for it.
 	defer w.Close()
 
-	c := &coordinator{r: r, w: w, watched: make(map[string]bool)}
+	c := &coordinator{r: r, w: w, events: w.Events, errs: w.Errors, watched: make(map[string]bool)}
 	if err := c.watchTree(r.dir); err != nil {
 		return fmt.Errorf("reload: watching %s: %w", r.dir, err)
 	}
@@ -50,8 +50,13 @@ func (r *Reloader) Run(ctx context.Context) error {
 // coordinator is the state of the one goroutine that runs Run: the
 // watcher, the directories it watches and the pending debounced reload.
 type coordinator struct {
-	r       *Reloader
-	w       *fsnotify.Watcher
+	r *Reloader
+	w *fsnotify.Watcher
+	// events and errs are the watcher's channels, which loop reads; a
+	// test may feed its own instead and leave w nil if it sends no event
+	// that adds or removes a watch.
+	events  <-chan fsnotify.Event
+	errs    <-chan error
 	watched map[string]bool // directories under watch, by cleaned path
 
 	timer *time.Timer
@@ -71,12 +76,12 @@ func (c *coordinator) loop(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case ev, ok := <-c.w.Events:
+		case ev, ok := <-c.events:
 			if !ok {
 				return errors.New("reload: watcher closed unexpectedly")
 			}
 			c.handle(ev)
-		case err, ok := <-c.w.Errors:
+		case err, ok := <-c.errs:
 			if !ok {
 				return errors.New("reload: watcher closed unexpectedly")
 			}
