@@ -32,6 +32,7 @@ Usage:
                                   send one ShouldRateLimit call and print the answer
   tollgate bench --addr HOST:PORT --domain D --descriptor 'api_key=k{key}' [-c N] [--rate R] ...
                                   load any RateLimitService and print JSON results
+  tollgate schema                 print the JSON Schema of descriptor configuration files
 
 Run "tollgate COMMAND --help" for a command's flags.
 `
@@ -55,6 +56,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = query(ctx, args, stdout)
 	case "bench":
 		err = bench(ctx, args, stdout)
+	case "schema":
+		err = schema(args, stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
