@@ -31,6 +31,7 @@ Usage:
                                   send one ShouldRateLimit call and print the answer
   tollgate bench --addr HOST:PORT --domain D --descriptor 'api_key=k{key}' [-c N] [--rate R] ...
                                   load any RateLimitService and print JSON results
+  tollgate schema                 print the JSON Schema of descriptor configuration files
 
 check and explain take serve's flags, TOLLGATE_* environment and --settings
 file, so they judge a configuration exactly as serve would; DIR stands for
@@ -64,6 +65,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		err = query(ctx, args, stdout)
 	case "bench":
 		err = bench(ctx, args, stdout)
+	case "schema":
+		err = schema(args, stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
