@@ -55,7 +55,7 @@ var errYAML = errors.New("not valid YAML")
 func validate(sch *jsonschema.Schema, data []byte) error {
 	var v any
 	if err := yaml.Unmarshal(data, &v); err != nil {
-		return fmt.Errorf("%w: %v", errYAML, err)
+		return fmt.Errorf("%w: %w", errYAML, err)
 	}
 	return sch.Validate(jsonValue(v))
 }

@@ -176,7 +176,7 @@ func freePort(bus bool) (int, error) {
 		b.Close()
 		return port, nil
 	}
-	return 0, fmt.Errorf("no free port on 127.0.0.1: %v", err)
+	return 0, fmt.Errorf("no free port on 127.0.0.1: %w", err)
 }
 
 // launch starts the process in the foreground with its output appended to

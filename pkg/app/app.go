@@ -128,7 +128,6 @@ func (a *App) build(ctx context.Context) error {
 		// on the store, so there are as many as calls commonly in flight;
 		// beyond them grpc starts goroutines as before.
 		grpc.NumStreamWorkers(streamWorkers),
-		grpc.SharedWriteBuffer(true),
 	)
 	a.rls.Register(a.grpc)
 
@@ -394,7 +393,7 @@ func (a *App) close() {
 	}
 	for i := len(a.closers) - 1; i >= 0; i-- {
 		if err := a.closers[i](); err != nil {
-			a.logger.Warn("closing the store", "err", err)
+			a.logger.Warn("closing the store", "error", err)
 		}
 	}
 	a.closers = nil

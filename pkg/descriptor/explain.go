@@ -111,7 +111,7 @@ func (d *Domain) Explain(entries []Entry) Explanation {
 // candidates describes what a level offers for key, for a failed match.
 func (lv *level) candidates(key string) string {
 	var list []string
-	what := "descriptors there"
+	var what string
 	if g := lv.groups[key]; g != nil {
 		for v := range g.exact {
 			list = append(list, key+"="+v)

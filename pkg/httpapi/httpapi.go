@@ -65,7 +65,7 @@ func New(opts Options) http.Handler {
 	if opts.Metrics != nil {
 		mux.Handle("GET /metrics", opts.Metrics)
 	}
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", h.ready)
 	mux.HandleFunc("GET /healthcheck", h.ready) // envoyproxy/ratelimit's path
 	return mux
@@ -78,11 +78,11 @@ func (h *handler) ready(w http.ResponseWriter, _ *http.Request) {
 	}
 	if h.opts.Degraded != nil {
 		if why := h.opts.Degraded(); why != "" {
-			io.WriteString(w, "OK, degraded: "+why+"\n")
+			_, _ = io.WriteString(w, "OK, degraded: "+why+"\n")
 			return
 		}
 	}
-	io.WriteString(w, "OK\n")
+	_, _ = io.WriteString(w, "OK\n")
 }
 
 // checkRequest is the body of POST /v1/check.
@@ -145,7 +145,7 @@ func (h *handler) check(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		h.opts.Logger.Warn("check failed", "domain", in.Domain, "err", err)
+		h.opts.Logger.Warn("check failed", "domain", in.Domain, "error", err)
 		writeError(w, http.StatusServiceUnavailable, "rate limit decision failed: "+err.Error())
 		return
 	}

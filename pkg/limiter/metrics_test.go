@@ -35,7 +35,7 @@ func collect(t *testing.T, reader sdkmetric.Reader, counter string) (map[string]
 				for _, dp := range data.DataPoints {
 					var kv []string
 					for _, a := range dp.Attributes.ToSlice() {
-						kv = append(kv, fmt.Sprintf("%s=%s", a.Key, a.Value.Emit()))
+						kv = append(kv, fmt.Sprintf("%s=%s", a.Key, a.Value.String()))
 					}
 					sums[strings.Join(kv, ",")] = dp.Value
 				}

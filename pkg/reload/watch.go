@@ -89,9 +89,9 @@ func (c *coordinator) loop(ctx context.Context) error {
 			c.r.log.Warn("watcher error; reloading to catch up", slog.Any("error", err))
 			c.schedule()
 		case <-c.timer.C:
-			c.reload("watch")
+			_ = c.reload("watch") // apply logs and counts a failure
 		case <-c.r.trigger:
-			c.reload("trigger")
+			_ = c.reload("trigger")
 		case answer := <-c.r.requests:
 			answer <- c.reload("admin")
 		}

@@ -46,7 +46,7 @@ func (f *flaky) count() int {
 	return f.calls
 }
 
-var down = fmt.Errorf("%w: connection refused", store.ErrUnavailable)
+var errDown = fmt.Errorf("%w: connection refused", store.ErrUnavailable)
 
 func apply(s *breaker.Store) error {
 	return s.Apply(context.Background(), nil, nil)
@@ -54,7 +54,7 @@ func apply(s *breaker.Store) error {
 
 func TestOpensProbesAndCloses(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		next := &flaky{err: down}
+		next := &flaky{err: errDown}
 		var changes []breaker.State
 		s, err := breaker.New(next, breaker.Options{
 			Failures: 3,
@@ -65,7 +65,7 @@ func TestOpensProbesAndCloses(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i := range 3 {
-			if err := apply(s); !errors.Is(err, down) {
+			if err := apply(s); !errors.Is(err, errDown) {
 				t.Fatalf("call %d: err = %v, want the store's", i, err)
 			}
 		}
@@ -92,7 +92,7 @@ func TestOpensProbesAndCloses(t *testing.T) {
 
 		// Half-open: a failed probe opens it again.
 		time.Sleep(600*time.Millisecond + time.Nanosecond)
-		if err := apply(s); !errors.Is(err, down) {
+		if err := apply(s); !errors.Is(err, errDown) {
 			t.Fatalf("probe: err = %v, want the store's", err)
 		}
 		if got := s.State(); got != breaker.Open {
@@ -127,11 +127,11 @@ func TestCountsOnlyStoreFailures(t *testing.T) {
 		apply(s)
 	}
 	// Nor is a caller that hung up.
-	next.set(down)
+	next.set(errDown)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	for range 5 {
-		if err := s.Apply(ctx, nil, nil); !errors.Is(err, down) {
+		if err := s.Apply(ctx, nil, nil); !errors.Is(err, errDown) {
 			t.Fatalf("canceled call: err = %v, want the store's", err)
 		}
 	}
@@ -152,7 +152,7 @@ func TestCountsOnlyStoreFailures(t *testing.T) {
 
 func TestHalfOpenLetsProbesThrough(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		next := &flaky{err: down}
+		next := &flaky{err: errDown}
 		s, err := breaker.New(next, breaker.Options{Failures: 1, OpenFor: time.Second, Probes: 2})
 		if err != nil {
 			t.Fatal(err)
@@ -178,7 +178,7 @@ func TestHalfOpenLetsProbesThrough(t *testing.T) {
 func TestMetrics(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		reader := sdkmetric.NewManualReader()
-		next := &flaky{err: down}
+		next := &flaky{err: errDown}
 		s, err := breaker.New(next, breaker.Options{
 			Name:          "redis",
 			Failures:      1,
