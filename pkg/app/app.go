@@ -175,7 +175,7 @@ func (a *App) newStore(meters metric.MeterProvider) (store.Store, error) {
 		}
 		client, err := redis.NewClient(cfg)
 		if err != nil {
-			return nil, fmt.Errorf("redis: %w", err)
+			return nil, fmt.Errorf("creating the redis client: %w", err)
 		}
 		a.closers = append(a.closers, client.Close)
 		st, err := redis.New(redis.Options{
@@ -186,7 +186,7 @@ func (a *App) newStore(meters metric.MeterProvider) (store.Store, error) {
 			MeterProvider: meters,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("redis: %w", err)
+			return nil, fmt.Errorf("creating the redis store: %w", err)
 		}
 		a.closers = append(a.closers, st.Close)
 		a.breaker, err = breaker.New(st, breaker.Options{

@@ -52,10 +52,10 @@ func (o Options) maxPatterns() int {
 func Load(dir string, opts Options) (*Tree, error) {
 	info, err := os.Stat(dir)
 	if err != nil {
-		return nil, fmt.Errorf("loading descriptors: %w", err)
+		return nil, err
 	}
 	if !info.IsDir() {
-		return nil, fmt.Errorf("loading descriptors: %s is not a directory", dir)
+		return nil, fmt.Errorf("%s is not a directory", dir)
 	}
 	return load(os.DirFS(dir), func(name string) string {
 		return filepath.Join(dir, filepath.FromSlash(name))
@@ -69,10 +69,10 @@ func LoadFS(fsys fs.FS, opts Options) (*Tree, error) {
 
 func load(fsys fs.FS, display func(string) string, opts Options) (*Tree, error) {
 	if k := opts.DefaultAlgorithm; k != 0 && (k < algorithm.TokenBucket || k > algorithm.SlidingWindowLog) {
-		return nil, fmt.Errorf("loading descriptors: invalid Options.DefaultAlgorithm %d", k)
+		return nil, fmt.Errorf("invalid Options.DefaultAlgorithm %d", k)
 	}
 	if m := opts.DefaultFailureMode; m > FailLocal {
-		return nil, fmt.Errorf("loading descriptors: invalid Options.DefaultFailureMode %d", m)
+		return nil, fmt.Errorf("invalid Options.DefaultFailureMode %d", m)
 	}
 	var errs errorList
 	files := findFiles(fsys, display, &errs)
