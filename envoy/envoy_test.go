@@ -52,19 +52,29 @@ func loadRules(t *testing.T) *descriptor.Tree {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kind, err := algorithm.ParseKind(s.DefaultAlgorithm)
+	opts, err := serveOptions(s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mode, err := descriptor.ParseFailureMode(s.FailureMode)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tree, err := descriptor.Load(configExamples, descriptor.Options{DefaultAlgorithm: kind, DefaultFailureMode: mode, MaxPatterns: s.MaxPatterns})
+	tree, err := descriptor.Load(configExamples, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return tree
+}
+
+// serveOptions returns the descriptor options that serve, check and
+// explain load rules with, for settings s.
+func serveOptions(s app.Settings) (descriptor.Options, error) {
+	kind, err := algorithm.ParseKind(s.DefaultAlgorithm)
+	if err != nil {
+		return descriptor.Options{}, err
+	}
+	mode, err := descriptor.ParseFailureMode(s.FailureMode)
+	if err != nil {
+		return descriptor.Options{}, err
+	}
+	return descriptor.Options{DefaultAlgorithm: kind, DefaultFailureMode: mode, MaxPatterns: s.MaxPatterns}, nil
 }
 
 // defaultPorts returns the gRPC and HTTP ports of `tollgate serve` without
