@@ -228,33 +228,7 @@ func wiringProblems(b *bootstrapv3.Bootstrap, tree *descriptor.Tree, grpcPort ui
 	}
 	for _, f := range filters {
 		rl := f.config
-		if tree.Domain(rl.GetDomain()) == nil {
-			add("filter domain %q is not configured in config-examples (configured: %s)", rl.GetDomain(), strings.Join(tree.Domains(), ", "))
-		}
-		if v := rl.GetRateLimitService().GetTransportApiVersion(); v != corev3.ApiVersion_V3 {
-			add("rate_limit_service.transport_api_version is %s, want V3", v)
-		}
-		if rl.GetTimeout().AsDuration().Milliseconds() != 20 {
-			add("timeout is %v, want 20ms (tollgate's deadline budget assumes Envoy's default)", rl.GetTimeout().AsDuration())
-		}
-		if rl.GetFailureModeDeny() {
-			add("failure_mode_deny is true, want false (fail open)")
-		}
-		if rl.GetEnableXRatelimitHeaders() != ratelimitv3.RateLimit_DRAFT_VERSION_03 {
-			add("enable_x_ratelimit_headers is %s, want DRAFT_VERSION_03", rl.GetEnableXRatelimitHeaders())
-		}
-		if !rl.GetRateLimitedAsResourceExhausted() {
-			add("rate_limited_as_resource_exhausted is false, want true")
-		}
-		if rl.GetDisableXEnvoyRatelimitedHeader() {
-			add("disable_x_envoy_ratelimited_header is true: a 429 would not carry x-envoy-ratelimited")
-		}
-		if s := rl.GetRateLimitedStatus(); s != nil && s.GetCode() != 429 {
-			add("rate_limited_status is %s, want unset or 429", s.GetCode())
-		}
-		if len(rl.GetRateLimits()) > 0 {
-			add("filter-level rate_limits would override every route's rate_limits")
-		}
+		problems = append(problems, filterProblems(rl, tree)...)
 		hf := f.hcm.GetHttpFilters()
 		if last := hf[len(hf)-1]; last.GetTypedConfig().GetTypeUrl() != "type.googleapis.com/"+string((&routerv3.Router{}).ProtoReflect().Descriptor().FullName()) {
 			add("the last HTTP filter is %s, want the router", last.GetName())
@@ -270,7 +244,41 @@ func wiringProblems(b *bootstrapv3.Bootstrap, tree *descriptor.Tree, grpcPort ui
 			add("rate_limit_service names cluster %q, which is not defined", name)
 			continue
 		}
-		problems = append(problems, clusterProblems(c, grpcPort)...)
+		problems = append(problems, clusterProblems(c, composeService, grpcPort)...)
+	}
+	return problems
+}
+
+// filterProblems checks the configuration of one rate-limit filter.
+func filterProblems(rl *ratelimitv3.RateLimit, tree *descriptor.Tree) []string {
+	var problems []string
+	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	if tree.Domain(rl.GetDomain()) == nil {
+		add("filter domain %q is not configured in config-examples (configured: %s)", rl.GetDomain(), strings.Join(tree.Domains(), ", "))
+	}
+	if v := rl.GetRateLimitService().GetTransportApiVersion(); v != corev3.ApiVersion_V3 {
+		add("rate_limit_service.transport_api_version is %s, want V3", v)
+	}
+	if rl.GetTimeout().AsDuration().Milliseconds() != 20 {
+		add("timeout is %v, want 20ms (tollgate's deadline budget assumes Envoy's default)", rl.GetTimeout().AsDuration())
+	}
+	if rl.GetFailureModeDeny() {
+		add("failure_mode_deny is true, want false (fail open)")
+	}
+	if rl.GetEnableXRatelimitHeaders() != ratelimitv3.RateLimit_DRAFT_VERSION_03 {
+		add("enable_x_ratelimit_headers is %s, want DRAFT_VERSION_03", rl.GetEnableXRatelimitHeaders())
+	}
+	if !rl.GetRateLimitedAsResourceExhausted() {
+		add("rate_limited_as_resource_exhausted is false, want true")
+	}
+	if rl.GetDisableXEnvoyRatelimitedHeader() {
+		add("disable_x_envoy_ratelimited_header is true: a 429 would not carry x-envoy-ratelimited")
+	}
+	if s := rl.GetRateLimitedStatus(); s != nil && s.GetCode() != 429 {
+		add("rate_limited_status is %s, want unset or 429", s.GetCode())
+	}
+	if len(rl.GetRateLimits()) > 0 {
+		add("filter-level rate_limits would override every route's rate_limits")
 	}
 	return problems
 }
@@ -316,7 +324,7 @@ func routeProblems(f rateLimitFilter, tree *descriptor.Tree) []string {
 }
 
 // clusterProblems checks the cluster of the rate-limit service.
-func clusterProblems(c *clusterv3.Cluster, grpcPort uint32) []string {
+func clusterProblems(c *clusterv3.Cluster, address string, grpcPort uint32) []string {
 	var problems []string
 	add := func(format string, args ...any) {
 		problems = append(problems, fmt.Sprintf("cluster %s: ", c.GetName())+fmt.Sprintf(format, args...))
@@ -337,8 +345,8 @@ func clusterProblems(c *clusterv3.Cluster, grpcPort uint32) []string {
 			if sa.GetPortValue() != grpcPort {
 				add("endpoint %s:%d: want port %d, tollgate's gRPC port", sa.GetAddress(), sa.GetPortValue(), grpcPort)
 			}
-			if sa.GetAddress() != composeService {
-				add("endpoint address %q, want %q, the docker-compose service", sa.GetAddress(), composeService)
+			if sa.GetAddress() != address {
+				add("endpoint address %q, want %q, tollgate's service", sa.GetAddress(), address)
 			}
 		}
 	}
