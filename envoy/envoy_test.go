@@ -4,12 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -90,15 +88,11 @@ func defaultPorts(t *testing.T) (grpcPort, httpPort uint32) {
 
 func addrPort(t *testing.T, addr string) uint32 {
 	t.Helper()
-	_, port, err := net.SplitHostPort(addr)
+	port, err := portOf(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := strconv.ParseUint(port, 10, 16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return uint32(n)
+	return port
 }
 
 // yamlFiles lists the YAML files under envoy/, by slash path.

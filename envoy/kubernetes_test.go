@@ -3,8 +3,11 @@ package envoy_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"maps"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -123,9 +126,10 @@ func (o *objects) decode(d document) error {
 	return nil
 }
 
-func loadManifests(t *testing.T) *objects {
+// manifestFiles reads the manifests under kubernetes/ by path.
+func manifestFiles(t *testing.T) map[string][]byte {
 	t.Helper()
-	o := &objects{where: map[any]document{}}
+	files := map[string][]byte{}
 	for _, name := range yamlFiles(t) {
 		if kind(name) != "kubernetes" {
 			continue
@@ -134,14 +138,30 @@ func loadManifests(t *testing.T) *objects {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, d := range splitDocuments(name, data) {
+		files[name] = data
+	}
+	return files
+}
+
+// decodeManifests decodes every document of files.
+func decodeManifests(files map[string][]byte) (*objects, error) {
+	o := &objects{where: map[any]document{}}
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		for _, d := range splitDocuments(name, files[name]) {
 			if err := o.decode(d); err != nil {
-				t.Error(err)
+				errs = append(errs, err)
 			}
 		}
 	}
-	if t.Failed() {
-		t.FailNow()
+	return o, errors.Join(errs...)
+}
+
+func loadManifests(t *testing.T) *objects {
+	t.Helper()
+	o, err := decodeManifests(manifestFiles(t))
+	if err != nil {
+		t.Fatal(err)
 	}
 	return o
 }
@@ -175,265 +195,330 @@ func (o *objects) selected(ns string, sel labels.Selector) []*appsv1.Deployment 
 	return out
 }
 
+// tollgateFacts are what the manifests must agree with: tollgate's own
+// flags, ports, HTTP handler and rules.
+type tollgateFacts struct {
+	flags              map[string]bool
+	grpcPort, httpPort uint32
+	handler            http.Handler
+	examples           map[string][]byte // config-examples/ by file name
+	opts               descriptor.Options
+}
+
+func loadFacts(t *testing.T) tollgateFacts {
+	t.Helper()
+	f := tollgateFacts{flags: serveFlags(t), handler: httpapi.New(httpapi.Options{}), examples: map[string][]byte{}}
+	f.grpcPort, f.httpPort = defaultPorts(t)
+	entries, err := os.ReadDir(configExamples)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if f.examples[e.Name()], err = os.ReadFile(path.Join(configExamples, e.Name())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := app.DefaultSettings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.opts, err = serveOptions(s); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 // TestKubernetesManifests decodes every manifest under kubernetes/ with
 // the Kubernetes API types, strictly, and checks that the objects fit
 // together and fit tollgate.
 func TestKubernetesManifests(t *testing.T) {
-	o := loadManifests(t)
+	for _, p := range manifestProblems(loadManifests(t), loadFacts(t)) {
+		t.Error(p)
+	}
+}
 
-	t.Run("namespaces", func(t *testing.T) {
-		if len(o.namespaces) != 1 || o.namespaces[0].Name != namespace {
-			t.Fatalf("want one Namespace %q", namespace)
-		}
-		for obj, d := range o.where {
-			m, err := metaOf(obj)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, isNS := obj.(*corev1.Namespace); !isNS && m.Namespace != namespace {
-				t.Errorf("%s: %s is in namespace %q, want %q", d, m.Name, m.Namespace, namespace)
-			}
-		}
-	})
+// manifestProblems lists what is wrong with the decoded manifests o.
+func manifestProblems(o *objects, f tollgateFacts) []string {
+	var problems []string
+	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 
-	t.Run("selectors", func(t *testing.T) {
-		for _, dep := range o.deployments {
-			sel, err := metav1.LabelSelectorAsSelector(dep.Spec.Selector)
-			if err != nil {
-				t.Fatalf("%s: %v", o.where[dep], err)
-			}
-			if sel.Empty() || !sel.Matches(labels.Set(dep.Spec.Template.Labels)) {
-				t.Errorf("%s: Deployment %s: selector %s does not select its own pods %v", o.where[dep], dep.Name, sel, dep.Spec.Template.Labels)
+	// Namespaces.
+	if len(o.namespaces) != 1 || o.namespaces[0].Name != namespace {
+		add("want one Namespace %q", namespace)
+	}
+	for obj, d := range o.where {
+		m, err := metaOf(obj)
+		if err != nil {
+			add("%v", err)
+			continue
+		}
+		if _, isNS := obj.(*corev1.Namespace); !isNS && m.Namespace != namespace {
+			add("%s: %s is in namespace %q, want %q", d, m.Name, m.Namespace, namespace)
+		}
+	}
+
+	// Selectors and ports between objects.
+	for _, dep := range o.deployments {
+		sel, err := metav1.LabelSelectorAsSelector(dep.Spec.Selector)
+		if err != nil {
+			add("%s: %v", o.where[dep], err)
+		} else if sel.Empty() || !sel.Matches(labels.Set(dep.Spec.Template.Labels)) {
+			add("%s: Deployment %s: selector %s does not select its own pods %v", o.where[dep], dep.Name, sel, dep.Spec.Template.Labels)
+		}
+	}
+	for _, svc := range o.services {
+		deps := o.selected(svc.Namespace, labels.SelectorFromSet(svc.Spec.Selector))
+		if len(svc.Spec.Selector) == 0 || len(deps) != 1 {
+			add("%s: Service %s selects %d Deployments, want 1", o.where[svc], svc.Name, len(deps))
+			continue
+		}
+		for _, p := range svc.Spec.Ports {
+			if _, err := containerPort(deps[0].Spec.Template.Spec.Containers, p.TargetPort); err != nil {
+				add("%s: Service %s port %s: %v", o.where[svc], svc.Name, p.Name, err)
 			}
 		}
-		for _, svc := range o.services {
-			deps := o.selected(svc.Namespace, labels.SelectorFromSet(svc.Spec.Selector))
-			if len(svc.Spec.Selector) == 0 || len(deps) != 1 {
-				t.Errorf("%s: Service %s selects %d Deployments, want 1", o.where[svc], svc.Name, len(deps))
-				continue
-			}
-			for _, p := range svc.Spec.Ports {
-				if _, err := containerPort(deps[0].Spec.Template.Spec.Containers, p.TargetPort); err != nil {
-					t.Errorf("%s: Service %s port %s: %v", o.where[svc], svc.Name, p.Name, err)
+	}
+	for _, pdb := range o.pdbs {
+		sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+		if err != nil {
+			add("%s: %v", o.where[pdb], err)
+			continue
+		}
+		deps := o.selected(pdb.Namespace, sel)
+		if len(deps) != 1 {
+			add("%s: PodDisruptionBudget %s selects %d Deployments, want 1", o.where[pdb], pdb.Name, len(deps))
+			continue
+		}
+		replicas := int32(1)
+		if deps[0].Spec.Replicas != nil {
+			replicas = *deps[0].Spec.Replicas
+		}
+		if m := pdb.Spec.MinAvailable; m == nil || m.Type != intstr.Int || m.IntVal >= replicas {
+			add("%s: PodDisruptionBudget %s: minAvailable must be a number below the %d replicas, or no pod could ever be evicted", o.where[pdb], pdb.Name, replicas)
+		}
+	}
+
+	// Security, of every container.
+	for _, dep := range o.deployments {
+		pod := dep.Spec.Template.Spec
+		for _, c := range pod.Containers {
+			ps := securityProblems(pod.SecurityContext, c.SecurityContext)
+			if dep.Name == tollgateName {
+				if uid := runAsUser(pod.SecurityContext, c.SecurityContext); uid == nil || *uid != nonRootUID {
+					ps = append(ps, fmt.Sprintf("runAsUser must be %d, the image's user", nonRootUID))
 				}
 			}
-		}
-		for _, pdb := range o.pdbs {
-			sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
-			if err != nil {
-				t.Fatalf("%s: %v", o.where[pdb], err)
-			}
-			deps := o.selected(pdb.Namespace, sel)
-			if len(deps) != 1 {
-				t.Errorf("%s: PodDisruptionBudget %s selects %d Deployments, want 1", o.where[pdb], pdb.Name, len(deps))
-				continue
-			}
-			replicas := int32(1)
-			if deps[0].Spec.Replicas != nil {
-				replicas = *deps[0].Spec.Replicas
-			}
-			if min := pdb.Spec.MinAvailable; min == nil || min.Type != intstr.Int || min.IntVal >= replicas {
-				t.Errorf("%s: PodDisruptionBudget %s: minAvailable %v must be a number below the %d replicas, or no pod could ever be evicted", o.where[pdb], pdb.Name, min, replicas)
+			for _, p := range ps {
+				add("%s: container %s/%s: %s", o.where[dep], dep.Name, c.Name, p)
 			}
 		}
-	})
+	}
 
 	dep := o.deployment(tollgateName)
 	if dep == nil {
-		t.Fatalf("no Deployment %q", tollgateName)
+		return append(problems, fmt.Sprintf("no Deployment %q", tollgateName))
 	}
 	pod := dep.Spec.Template.Spec
 	if len(pod.Containers) != 1 {
-		t.Fatalf("Deployment %s: want one container, got %d", tollgateName, len(pod.Containers))
+		return append(problems, fmt.Sprintf("Deployment %s: want one container, got %d", tollgateName, len(pod.Containers)))
 	}
 	c := pod.Containers[0]
-	args := parseArgs(t, c.Args)
+	args, err := parseArgs(c.Args)
+	if err != nil {
+		return append(problems, err.Error())
+	}
 
-	t.Run("flags", func(t *testing.T) {
-		known := serveFlags(t)
-		for name := range args {
-			if !known[name] {
-				t.Errorf("tollgate serve has no flag --%s", name)
+	// Flags and environment that tollgate serve knows.
+	for _, name := range slices.Sorted(maps.Keys(args)) {
+		if !f.flags[name] {
+			add("tollgate serve has no flag --%s", name)
+		}
+	}
+	for _, e := range c.Env {
+		if name, ok := strings.CutPrefix(e.Name, "TOLLGATE_"); ok {
+			if flagName := strings.ToLower(strings.ReplaceAll(name, "_", "-")); !f.flags[flagName] && name != "REDIS_PASSWORD" {
+				add("env %s names no setting of tollgate serve", e.Name)
 			}
 		}
-		for _, e := range c.Env {
-			if name, ok := strings.CutPrefix(e.Name, "TOLLGATE_"); ok {
-				if flagName := strings.ToLower(strings.ReplaceAll(name, "_", "-")); !known[flagName] && name != "REDIS_PASSWORD" {
-					t.Errorf("env %s names no setting of tollgate serve", e.Name)
-				}
-			}
-		}
-	})
+	}
 
-	t.Run("ports", func(t *testing.T) {
-		grpcPort, httpPort := defaultPorts(t)
-		for flagName, want := range map[string]uint32{"grpc-addr": grpcPort, "http-addr": httpPort} {
-			if v, ok := args[flagName]; ok {
-				want = addrPort(t, v)
-			}
-			name := strings.TrimSuffix(flagName, "-addr")
-			got, err := containerPort(pod.Containers, intstr.FromString(name))
-			if err != nil {
-				t.Errorf("container port %q: %v", name, err)
-			} else if uint32(got) != want {
-				t.Errorf("container port %q is %d, tollgate listens on %d", name, got, want)
+	// Ports.
+	for _, p := range []struct {
+		flag, name string
+		port       uint32
+	}{{"grpc-addr", "grpc", f.grpcPort}, {"http-addr", "http", f.httpPort}} {
+		want := p.port
+		if v, ok := args[p.flag]; ok {
+			if want, err = portOf(v); err != nil {
+				add("--%s: %v", p.flag, err)
 			}
 		}
-		svc := o.service(tollgateName)
-		if svc == nil {
-			t.Fatalf("no Service %q", tollgateName)
+		if got, err := containerPort(pod.Containers, intstr.FromString(p.name)); err != nil {
+			add("container port %q: %v", p.name, err)
+		} else if uint32(got) != want {
+			add("container port %q is %d, tollgate listens on %d", p.name, got, want)
 		}
-		var grpcSvc *corev1.ServicePort
-		for i := range svc.Spec.Ports {
-			if svc.Spec.Ports[i].Name == "grpc" {
-				grpcSvc = &svc.Spec.Ports[i]
-			}
-		}
-		if grpcSvc == nil || grpcSvc.AppProtocol == nil || *grpcSvc.AppProtocol != "grpc" {
-			t.Errorf("Service %s: want a port named grpc with appProtocol grpc, so that meshes speak HTTP/2 to it", svc.Name)
-		} else if grpcSvc.Port != int32(grpcPort) {
-			t.Errorf("Service %s: grpc port %d, want %d like Envoy's configurations", svc.Name, grpcSvc.Port, grpcPort)
-		}
-	})
-
-	t.Run("probes", func(t *testing.T) {
-		_, httpPort := defaultPorts(t)
-		h := httpapi.New(httpapi.Options{})
-		for _, p := range []struct {
-			name  string
-			probe *corev1.Probe
-			path  string
-		}{{"readinessProbe", c.ReadinessProbe, readinessPath}, {"livenessProbe", c.LivenessProbe, livenessPath}} {
-			if p.probe == nil || p.probe.HTTPGet == nil {
-				t.Errorf("%s: want an httpGet probe", p.name)
-				continue
-			}
-			get := p.probe.HTTPGet
-			if get.Path != p.path {
-				t.Errorf("%s: path %q, want %q", p.name, get.Path, p.path)
-			}
-			if port, err := containerPort(pod.Containers, get.Port); err != nil || uint32(port) != httpPort {
-				t.Errorf("%s: port %s is %d (%v), want tollgate's HTTP port %d", p.name, get.Port.String(), port, err, httpPort)
-			}
-			// The path must be one tollgate's HTTP handler really serves.
-			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, get.Path, nil))
-			if rec.Code != http.StatusOK {
-				t.Errorf("%s: GET %s on tollgate's HTTP handler answers %d", p.name, get.Path, rec.Code)
-			}
-		}
-	})
-
-	t.Run("rules mount", func(t *testing.T) {
-		dir := args["config-dir"]
-		var vol *corev1.Volume
-		for i := range pod.Volumes {
-			if cm := pod.Volumes[i].ConfigMap; cm != nil && cm.Name == rulesMap {
-				vol = &pod.Volumes[i]
-			}
-		}
-		if vol == nil {
-			t.Fatalf("no volume of ConfigMap %s", rulesMap)
-		}
-		if len(vol.ConfigMap.Items) > 0 {
-			t.Errorf("volume %s lists items: a file added to the ConfigMap would not appear", vol.Name)
-		}
-		var mount *corev1.VolumeMount
-		for i := range c.VolumeMounts {
-			if c.VolumeMounts[i].Name == vol.Name {
-				mount = &c.VolumeMounts[i]
-			}
-		}
+	}
+	if svc := o.service(tollgateName); svc == nil {
+		add("no Service %q", tollgateName)
+	} else {
+		i := slices.IndexFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == "grpc" })
 		switch {
-		case mount == nil:
-			t.Errorf("volume %s is not mounted", vol.Name)
-		case mount.SubPath != "" || mount.SubPathExpr != "":
-			t.Errorf("volume %s is mounted with a subPath: kubelet never updates those, so rules would not reload", vol.Name)
-		case path.Clean(mount.MountPath) != path.Clean(dir):
-			t.Errorf("rules are mounted at %s, but --config-dir is %q", mount.MountPath, dir)
+		case i < 0 || svc.Spec.Ports[i].AppProtocol == nil || *svc.Spec.Ports[i].AppProtocol != "grpc":
+			add("Service %s: want a port named grpc with appProtocol grpc, so that meshes speak HTTP/2 to it", svc.Name)
+		case uint32(svc.Spec.Ports[i].Port) != f.grpcPort:
+			add("Service %s: grpc port %d, want %d like Envoy's configurations", svc.Name, svc.Spec.Ports[i].Port, f.grpcPort)
 		}
-	})
+	}
 
-	t.Run("redis", func(t *testing.T) {
-		if args["store"] != "redis" {
-			t.Fatalf("--store is %q, want redis", args["store"])
+	// Probes, on paths tollgate's HTTP handler really serves.
+	for _, p := range []struct {
+		name  string
+		probe *corev1.Probe
+		path  string
+	}{{"readinessProbe", c.ReadinessProbe, readinessPath}, {"livenessProbe", c.LivenessProbe, livenessPath}} {
+		if p.probe == nil || p.probe.HTTPGet == nil {
+			add("%s: want an httpGet probe", p.name)
+			continue
 		}
-		svc := o.service(redisName)
-		if svc == nil || o.deployment(redisName) == nil {
-			t.Fatalf("want a Deployment and a Service %q", redisName)
+		get := p.probe.HTTPGet
+		if get.Path != p.path {
+			add("%s: path %q, want %q", p.name, get.Path, p.path)
 		}
-		host, port, ok := strings.Cut(args["redis-addrs"], ":")
-		if !ok {
-			t.Fatalf("--redis-addrs %q is not HOST:PORT", args["redis-addrs"])
+		if port, err := containerPort(pod.Containers, get.Port); err != nil || uint32(port) != f.httpPort {
+			add("%s: port %s is not tollgate's HTTP port %d", p.name, get.Port.String(), f.httpPort)
 		}
-		if host != svc.Name && host != svc.Name+"."+svc.Namespace+".svc.cluster.local" {
-			t.Errorf("--redis-addrs host %q is not the Service %s", host, svc.Name)
+		rec := httptest.NewRecorder()
+		f.handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, get.Path, nil))
+		if rec.Code != http.StatusOK {
+			add("%s: GET %s on tollgate's HTTP handler answers %d", p.name, get.Path, rec.Code)
 		}
-		if n, err := strconv.Atoi(port); err != nil || !slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return int(p.Port) == n }) {
-			t.Errorf("--redis-addrs port %s is not a port of Service %s", port, svc.Name)
-		}
-	})
+	}
 
-	t.Run("security", func(t *testing.T) {
-		for _, dep := range o.deployments {
-			pod := dep.Spec.Template.Spec
-			for _, c := range pod.Containers {
-				problems := securityProblems(pod.SecurityContext, c.SecurityContext)
-				if dep.Name == tollgateName {
-					if uid := runAsUser(pod.SecurityContext, c.SecurityContext); uid == nil || *uid != nonRootUID {
-						problems = append(problems, fmt.Sprintf("runAsUser must be %d, the image's user", nonRootUID))
-					}
+	// The rules: mounted whole at --config-dir, and config-examples/ as it is.
+	problems = append(problems, rulesMountProblems(pod, c, args["config-dir"])...)
+	problems = append(problems, rulesProblems(o, f)...)
+
+	// Redis.
+	if args["store"] != "redis" {
+		add("--store is %q, want redis", args["store"])
+	}
+	svc := o.service(redisName)
+	if svc == nil || o.deployment(redisName) == nil {
+		return append(problems, fmt.Sprintf("want a Deployment and a Service %q", redisName))
+	}
+	host, port, ok := strings.Cut(args["redis-addrs"], ":")
+	if !ok {
+		return append(problems, fmt.Sprintf("--redis-addrs %q is not HOST:PORT", args["redis-addrs"]))
+	}
+	if host != svc.Name && host != svc.Name+"."+svc.Namespace+".svc.cluster.local" {
+		add("--redis-addrs host %q is not the Service %s", host, svc.Name)
+	}
+	if n, err := strconv.Atoi(port); err != nil || !slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return int(p.Port) == n }) {
+		add("--redis-addrs port %s is not a port of Service %s", port, svc.Name)
+	}
+	return problems
+}
+
+// rulesMountProblems checks that the rules ConfigMap is mounted whole at
+// dir, so that kubelet's updates reach tollgate.
+func rulesMountProblems(pod corev1.PodSpec, c corev1.Container, dir string) []string {
+	i := slices.IndexFunc(pod.Volumes, func(v corev1.Volume) bool { return v.ConfigMap != nil && v.ConfigMap.Name == rulesMap })
+	if i < 0 {
+		return []string{fmt.Sprintf("no volume of ConfigMap %s", rulesMap)}
+	}
+	vol := pod.Volumes[i]
+	var problems []string
+	if len(vol.ConfigMap.Items) > 0 {
+		problems = append(problems, fmt.Sprintf("volume %s lists items: a file added to the ConfigMap would not appear", vol.Name))
+	}
+	j := slices.IndexFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == vol.Name })
+	switch {
+	case j < 0:
+		problems = append(problems, fmt.Sprintf("volume %s is not mounted", vol.Name))
+	case c.VolumeMounts[j].SubPath != "" || c.VolumeMounts[j].SubPathExpr != "":
+		problems = append(problems, fmt.Sprintf("volume %s is mounted with a subPath: kubelet never updates those, so rules would not reload", vol.Name))
+	case path.Clean(c.VolumeMounts[j].MountPath) != path.Clean(dir):
+		problems = append(problems, fmt.Sprintf("rules are mounted at %s, but --config-dir is %q", c.VolumeMounts[j].MountPath, dir))
+	}
+	return problems
+}
+
+// rulesProblems checks that the rules ConfigMap holds config-examples/ as
+// it is and loads as serve would load it.
+func rulesProblems(o *objects, f tollgateFacts) []string {
+	i := slices.IndexFunc(o.configMaps, func(m *corev1.ConfigMap) bool { return m.Name == rulesMap })
+	if i < 0 {
+		return []string{fmt.Sprintf("no ConfigMap %q", rulesMap)}
+	}
+	cm := o.configMaps[i]
+	var problems []string
+	for name, want := range f.examples {
+		if got, ok := cm.Data[name]; !ok || got != string(want) {
+			problems = append(problems, fmt.Sprintf("%s: key %s does not hold config-examples/%s as it is", rulesFile, name, name))
+		}
+	}
+	fsys := fstest.MapFS{}
+	for name, text := range cm.Data {
+		fsys[name] = &fstest.MapFile{Data: []byte(text)}
+	}
+	tree, err := descriptor.LoadFS(fsys, f.opts)
+	switch {
+	case err != nil:
+		problems = append(problems, fmt.Sprintf("%s: the rules do not load: %v", rulesFile, err))
+	case len(tree.Domains()) == 0:
+		problems = append(problems, fmt.Sprintf("%s: no domains", rulesFile))
+	}
+	return problems
+}
+
+// TestBreakingTheManifests shows that the checks above catch mistakes that
+// would break tollgate in a cluster, with no cluster to show it.
+func TestBreakingTheManifests(t *testing.T) {
+	facts := loadFacts(t)
+	good := manifestFiles(t)
+	tests := []struct {
+		name, file, old, new string
+		want                 string
+	}{
+		{"misspelled field", "kubernetes/tollgate.yaml", "readinessProbe:", "readinesProbe:", `json: unknown field "readinesProbe"`},
+		{"wrong readiness path", "kubernetes/tollgate.yaml", "path: /readyz", "path: /ready", `readinessProbe: path "/ready", want "/readyz"`},
+		{"wrong liveness port", "kubernetes/tollgate.yaml", "path: /healthz\n              port: http", "path: /healthz\n              port: grpc", "livenessProbe: port grpc is not tollgate's HTTP port 8080"},
+		{"service selects nothing", "kubernetes/tollgate.yaml", "  selector:\n    app.kubernetes.io/name: tollgate\n  ports:", "  selector:\n    app.kubernetes.io/name: tollgat\n  ports:", "Service tollgate selects 0 Deployments, want 1"},
+		{"subPath mount", "kubernetes/tollgate.yaml", "mountPath: /etc/tollgate/rules", "mountPath: /etc/tollgate/rules\n              subPath: tiers.yaml", "is mounted with a subPath"},
+		{"config dir elsewhere", "kubernetes/tollgate.yaml", "--config-dir=/etc/tollgate/rules", "--config-dir=/etc/tollgate", `rules are mounted at /etc/tollgate/rules, but --config-dir is "/etc/tollgate"`},
+		{"unknown flag", "kubernetes/tollgate.yaml", "--log-format=json", "--log-fmt=json", "tollgate serve has no flag --log-fmt"},
+		{"root", "kubernetes/tollgate.yaml", "runAsUser: 65532", "runAsUser: 0", "runAsUser is 0"},
+		{"writable root", "kubernetes/redis.yaml", "readOnlyRootFilesystem: true", "readOnlyRootFilesystem: false", "container redis/redis: readOnlyRootFilesystem is not true"},
+		{"pdb blocks eviction", "kubernetes/tollgate.yaml", "minAvailable: 1", "minAvailable: 2", "minAvailable must be a number below the 2 replicas"},
+		{"redis elsewhere", "kubernetes/tollgate.yaml", "--redis-addrs=redis:6379", "--redis-addrs=redis-master:6379", `--redis-addrs host "redis-master" is not the Service redis`},
+		{"grpc port", "kubernetes/tollgate.yaml", "containerPort: 8081", "containerPort: 9091", `container port "grpc" is 9091, tollgate listens on 8081`},
+		{"stale rules", "kubernetes/rules.yaml", "requests_per_unit: 60", "requests_per_unit: 61", "key access-lists.yaml does not hold config-examples/access-lists.yaml as it is"},
+		{"wrong namespace", "kubernetes/redis.yaml", "namespace: tollgate", "namespace: default", `redis is in namespace "default", want "tollgate"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			old, repl := tt.old, tt.new
+			files := maps.Clone(good)
+			text := string(files[tt.file])
+			if !strings.Contains(text, old) {
+				t.Fatalf("%s has no %q", tt.file, old)
+			}
+			files[tt.file] = []byte(strings.Replace(text, old, repl, 1))
+			var problems []string
+			if o, err := decodeManifests(files); err != nil {
+				problems = []string{err.Error()}
+			} else {
+				problems = manifestProblems(o, facts)
+			}
+			for _, p := range problems {
+				if strings.Contains(p, tt.want) {
+					return
 				}
-				for _, p := range problems {
-					t.Errorf("%s: container %s/%s: %s", o.where[dep], dep.Name, c.Name, p)
-				}
 			}
-		}
-	})
-
-	t.Run("rules", func(t *testing.T) {
-		var cm *corev1.ConfigMap
-		for _, m := range o.configMaps {
-			if m.Name == rulesMap {
-				cm = m
-			}
-		}
-		if cm == nil {
-			t.Fatalf("no ConfigMap %q", rulesMap)
-		}
-		entries, err := os.ReadDir(configExamples)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range entries {
-			want, err := os.ReadFile(path.Join(configExamples, e.Name()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got, ok := cm.Data[e.Name()]; !ok || got != string(want) {
-				t.Errorf("%s: key %s does not hold config-examples/%s as it is", rulesFile, e.Name(), e.Name())
-			}
-		}
-		fsys := fstest.MapFS{}
-		for name, text := range cm.Data {
-			fsys[name] = &fstest.MapFile{Data: []byte(text)}
-		}
-		s, err := app.DefaultSettings()
-		if err != nil {
-			t.Fatal(err)
-		}
-		opts, err := serveOptions(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tree, err := descriptor.LoadFS(fsys, opts)
-		if err != nil {
-			t.Fatalf("%s: the rules do not load: %v", rulesFile, err)
-		}
-		if len(tree.Domains()) == 0 {
-			t.Errorf("%s: no domains", rulesFile)
-		}
-	})
+			t.Errorf("no problem reported contains %q; got:\n%s", tt.want, strings.Join(problems, "\n"))
+		})
+	}
 }
 
 // TestRulesConfigMapIsCurrent checks that kubernetes/rules.yaml holds
@@ -505,20 +590,29 @@ data:
 }
 
 // parseArgs reads `serve --name=value` arguments into a map.
-func parseArgs(t *testing.T, args []string) map[string]string {
-	t.Helper()
+func parseArgs(args []string) (map[string]string, error) {
 	if len(args) == 0 || args[0] != "serve" {
-		t.Fatalf("args %q: want the serve command first", args)
+		return nil, fmt.Errorf("args %q: want the serve command first", args)
 	}
 	out := map[string]string{}
 	for _, a := range args[1:] {
 		name, value, ok := strings.Cut(strings.TrimPrefix(a, "--"), "=")
 		if !ok || !strings.HasPrefix(a, "--") {
-			t.Fatalf("arg %q: write flags as --name=value", a)
+			return nil, fmt.Errorf("arg %q: write flags as --name=value", a)
 		}
 		out[name] = value
 	}
-	return out
+	return out, nil
+}
+
+// portOf returns the port of a listen address such as ":8081".
+func portOf(addr string) (uint32, error) {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	return uint32(n), err
 }
 
 var flagName = regexp.MustCompile(`--([a-z0-9][a-z0-9-]*)`)
