@@ -14,7 +14,6 @@ import (
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/proto"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/tollgatehq/tollgate/envoy/internal/envoytest"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
@@ -163,7 +162,7 @@ func envoyFilterProblems(data []byte, tree *descriptor.Tree, address string, grp
 	var problems []string
 	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 	var ef envoyFilter
-	if err := yaml.UnmarshalStrict(data, &ef); err != nil {
+	if err := decodeStrict(data, &ef); err != nil {
 		return []string{err.Error()}
 	}
 	if ef.APIVersion != "networking.istio.io/v1alpha3" || ef.Kind != "EnvoyFilter" {
@@ -350,4 +349,51 @@ func decodePatch(p *configPatch) (proto.Message, error) {
 		return nil, err
 	}
 	return msg, nil
+}
+
+// TestBreakingTheEnvoyFilters shows that the checks above catch mistakes
+// that Istio would accept and Envoy would reject, or that would leave
+// requests unlimited without an error anywhere.
+func TestBreakingTheEnvoyFilters(t *testing.T) {
+	tree := loadRules(t)
+	grpcPort, _ := defaultPorts(t)
+	const address = "tollgate.tollgate.svc.cluster.local"
+	tests := []struct {
+		name, file, old, new string
+		want                 string
+	}{
+		{"misspelled Envoy field", "istio/gateway.yaml", "failure_mode_deny: false", "failure_mode_deny_: false", `unknown field "failure_mode_deny_"`},
+		{"misspelled Istio field", "istio/gateway.yaml", "subFilter:", "subfilter:", `unknown field "spec.configPatches[1].match.listener.filterChain.filter.subfilter"`},
+		{"unknown applyTo", "istio/gateway.yaml", "applyTo: VIRTUAL_HOST", "applyTo: VHOST", `applyTo "VHOST" is not one of`},
+		{"unknown operation", "istio/sidecar.yaml", "operation: INSERT_BEFORE", "operation: INSERT", `operation "INSERT" is not one of`},
+		{"filter after the router", "istio/gateway.yaml", "operation: INSERT_BEFORE", "operation: INSERT_AFTER", "must be INSERT_BEFORE the subFilter envoy.filters.http.router"},
+		{"cluster without HTTP/2", "istio/sidecar.yaml", "http2_protocol_options: {}", "http_protocol_options: {}", "does not set explicit_http_config.http2_protocol_options"},
+		{"wrong service address", "istio/gateway.yaml", "address: tollgate.tollgate.svc.cluster.local", "address: tollgate.default.svc.cluster.local", `endpoint address "tollgate.default.svc.cluster.local", want "tollgate.tollgate.svc.cluster.local"`},
+		{"wrong port", "istio/gateway.yaml", "port_value: 8081", "port_value: 8080", "want port 8081, tollgate's gRPC port"},
+		{"cluster name mismatch", "istio/sidecar.yaml", "cluster_name: tollgate-ratelimit\n              transport_api_version", "cluster_name: ratelimit\n              transport_api_version", `names cluster "ratelimit", which no CLUSTER patch adds`},
+		{"unknown domain", "istio/sidecar.yaml", "domain: tenants", "domain: tenant", `filter domain "tenant" is not configured`},
+		{"descriptor matches no rule", "istio/sidecar.yaml", "descriptor_key: user", "descriptor_key: usr", "[tenant=sample, usr=sample] matches no rule of domain tenants"},
+		{"no workload selector", "istio/gateway.yaml", "  workloadSelector:\n    labels:\n      istio: ingressgateway\n", "", "no workloadSelector"},
+		{"route patch in the wrong context", "istio/sidecar.yaml", "context: SIDECAR_INBOUND\n        routeConfiguration", "context: SIDECAR_OUTBOUND\n        routeConfiguration", "HTTP_ROUTE patch in context SIDECAR_OUTBOUND, but the filter is in SIDECAR_INBOUND"},
+		{"invalid merged route", "istio/sidecar.yaml", "descriptor_key: tenant\n", "descriptor_key: \"\"\n", "invalid RateLimit_Action_RequestHeaders.DescriptorKey"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			data, err := os.ReadFile(tt.file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(data), tt.old) {
+				t.Fatalf("%s has no %q", tt.file, tt.old)
+			}
+			edited := strings.Replace(string(data), tt.old, tt.new, 1)
+			problems := envoyFilterProblems([]byte(edited), tree, address, grpcPort)
+			for _, p := range problems {
+				if strings.Contains(p, tt.want) {
+					return
+				}
+			}
+			t.Errorf("no problem reported contains %q; got:\n%s", tt.want, strings.Join(problems, "\n"))
+		})
+	}
 }

@@ -25,6 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
 	"github.com/tollgatehq/tollgate/pkg/app"
@@ -82,6 +83,22 @@ func splitDocuments(file string, data []byte) []document {
 	return docs
 }
 
+// decodeStrict decodes a YAML document into v as the Kubernetes API server
+// reads a manifest: field names are case-sensitive, and an unknown or
+// duplicate field is an error. (encoding/json, under yaml.UnmarshalStrict,
+// would take "subfilter" for "subFilter".)
+func decodeStrict(data []byte, v any) error {
+	js, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
+		return err
+	}
+	strict, err := sigsjson.UnmarshalStrict(js, v, sigsjson.DisallowDuplicateFields, sigsjson.DisallowUnknownFields)
+	if err != nil {
+		return err
+	}
+	return errors.Join(strict...)
+}
+
 // objects holds the decoded manifests by kind.
 type objects struct {
 	namespaces  []*corev1.Namespace
@@ -119,7 +136,7 @@ func (o *objects) decode(d document) error {
 	default:
 		return fmt.Errorf("%s: apiVersion %q kind %q is not one the test knows", d, tm.APIVersion, tm.Kind)
 	}
-	if err := yaml.UnmarshalStrict(d.data, obj); err != nil {
+	if err := decodeStrict(d.data, obj); err != nil {
 		return fmt.Errorf("%s: %s: %w", d, tm.Kind, err)
 	}
 	o.where[obj] = d
@@ -481,7 +498,8 @@ func TestBreakingTheManifests(t *testing.T) {
 		name, file, old, new string
 		want                 string
 	}{
-		{"misspelled field", "kubernetes/tollgate.yaml", "readinessProbe:", "readinesProbe:", `json: unknown field "readinesProbe"`},
+		{"misspelled field", "kubernetes/tollgate.yaml", "readinessProbe:", "readinesProbe:", `unknown field "spec.template.spec.containers[0].readinesProbe"`},
+		{"field name case", "kubernetes/tollgate.yaml", "containerPort: 8081", "containerport: 8081", `unknown field "spec.template.spec.containers[0].ports[0].containerport"`},
 		{"wrong readiness path", "kubernetes/tollgate.yaml", "path: /readyz", "path: /ready", `readinessProbe: path "/ready", want "/readyz"`},
 		{"wrong liveness port", "kubernetes/tollgate.yaml", "path: /healthz\n              port: http", "path: /healthz\n              port: grpc", "livenessProbe: port grpc is not tollgate's HTTP port 8080"},
 		{"service selects nothing", "kubernetes/tollgate.yaml", "  selector:\n    app.kubernetes.io/name: tollgate\n  ports:", "  selector:\n    app.kubernetes.io/name: tollgat\n  ports:", "Service tollgate selects 0 Deployments, want 1"},
