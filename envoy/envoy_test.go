@@ -306,11 +306,8 @@ func routeProblems(f rateLimitFilter, tree *descriptor.Tree) []string {
 			if d := pr.GetDomain(); d != "" && tree.Domain(d) == nil {
 				add("route %s: domain %q is not configured in config-examples", routeName(rt, i), d)
 			}
-			if len(rt.GetRoute().GetRateLimits()) > 0 || pr != nil {
-				continue
-			}
-			if rt.GetDirectResponse() != nil && len(vh.GetRateLimits()) > 0 {
-				add("route %s answers with direct_response: Envoy never rate-limits it", routeName(rt, i))
+			if rt.GetRoute() == nil && (pr != nil || len(vh.GetRateLimits()) > 0) {
+				add("route %s does not forward to a cluster: Envoy never rate-limits it", routeName(rt, i))
 			}
 		}
 	}
@@ -657,7 +654,16 @@ func TestBreakingTheDemo(t *testing.T) {
 	}, {
 		name: "misspelled header",
 		old:  "header_name: x-tier,", new: "header_name: x-teir,",
-		want: "README.md:",
+		want: "descriptors cell is \"`[tier=free, api_key=k2]`\", want \"(none)\"",
+	}, {
+		name: "direct response on a limited route",
+		edit: func(b *bootstrapv3.Bootstrap) {
+			editHCM(b, "demo", func(m *hcmv3.HttpConnectionManager) {
+				rt := m.GetRouteConfig().GetVirtualHosts()[0].GetRoutes()[4]
+				rt.Action = &routev3.Route_DirectResponse{DirectResponse: &routev3.DirectResponseAction{Status: 200}}
+			})
+		},
+		want: "route 4 (path /export) does not forward to a cluster: Envoy never rate-limits it",
 	}, {
 		name: "wrong generic_key",
 		old:  "descriptor_value: report", new: "descriptor_value: reports",
