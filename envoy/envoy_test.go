@@ -224,7 +224,7 @@ func wiringProblems(b *bootstrapv3.Bootstrap, tree *descriptor.Tree, grpcPort ui
 		rl := f.config
 		problems = append(problems, filterProblems(rl, tree)...)
 		hf := f.hcm.GetHttpFilters()
-		if last := hf[len(hf)-1]; last.GetTypedConfig().GetTypeUrl() != "type.googleapis.com/"+string((&routerv3.Router{}).ProtoReflect().Descriptor().FullName()) {
+		if last := hf[len(hf)-1]; !last.GetTypedConfig().MessageIs(&routerv3.Router{}) {
 			add("the last HTTP filter is %s, want the router", last.GetName())
 		}
 		if f.hcm.GetLocalReplyConfig() != nil {

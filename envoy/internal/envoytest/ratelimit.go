@@ -280,7 +280,7 @@ func actionsEntries(actions []*routev3.RateLimit_Action, req Request) (entries [
 		case *routev3.RateLimit_Action_RequestHeaders_:
 			rh := spec.RequestHeaders
 			v, present := req.header(rh.GetHeaderName())
-			if !present || v == "" {
+			if !present {
 				if rh.GetSkipIfAbsent() {
 					continue
 				}
