@@ -1,5 +1,9 @@
 package envoy_test
 
+// The configurations here are decoded with protojson, which resolves the
+// type of every typed_config from the protos linked into this test: each
+// type a YAML file names must be imported below (blank, if the test does
+// not use it by name), or decoding fails with "unable to resolve".
 import (
 	"errors"
 	"fmt"
