@@ -12,6 +12,13 @@ import (
 // Options.Now is nil.
 var ApplyAt = (*Store).apply
 
+// ScriptsOnly returns o set to call the script with EVALSHA even where the
+// server has Redis Functions.
+func ScriptsOnly(o Options) Options {
+	o.scriptsOnly = true
+	return o
+}
+
 // ApplyTogether applies each batch as a single-slot Apply would, except
 // that it neither refunds nor reports errors as Apply does, and sends all
 // of them in one round trip, as the batcher sends concurrent Applies: the

@@ -10,20 +10,32 @@
 // either every admitted hit's new state, with a TTL that ends when the
 // counter is empty again, or, when a hit that is not Soft is rejected,
 // nothing. One script call carries the groups of several Applies (see
-// Batching), each decided by itself. The script is loaded once, called
-// with EVALSHA, and loaded again on NOSCRIPT. Time comes from the Redis
-// server's TIME, read once per call, unless Options.Now is set.
+// Batching), each decided by itself. Time comes from the Redis server's
+// TIME, read once per call, unless Options.Now is set.
+//
+// # Servers
+//
+// The script uses only commands of Redis 6.2 (TestScriptCommands keeps it
+// so), the oldest server supported; Valkey qualifies from its first
+// release, 7.2. The store reads every server's version (INFO server, each
+// node of a Cluster) at start, before it loads the script, and again
+// after a network error (a reconnect may reach another server) and
+// whenever Redis has lost the script. Where every server has Redis
+// Functions (7.0 and up), the script is loaded as a function library and
+// called with FCALL, which spares the closures a script body makes on
+// every call; on 6.2 it is loaded with SCRIPT LOAD and called with
+// EVALSHA. Both come from one Lua source. A server older than 6.2 makes
+// every Apply fail with ErrUnsupportedVersion (logged once, and reported
+// by ServerError), and its version is read again every second.
 //
 // # State
 //
 // Each counter is one key (see Key for the names), with a TTL that ends
-// when the counter is empty again:
+// when the counter is empty again, or a little later: the TTL only governs
+// cleanup, and the state is read from the value alone:
 //
-//   - token bucket: a string holding one integer. On the server's clock the
-//     key expires at the theoretical arrival time (TAT) rounded up to a ms
-//     and holds the µs it was rounded by (0 to 999), a shared integer, so
-//     the key costs Redis no value object; with Options.Now set it holds
-//     the TAT in µs;
+//   - token bucket: a string holding one integer, the theoretical arrival
+//     time (TAT) in µs;
 //   - fixed window: the string "windowStart:count";
 //   - sliding-window counter: the string "windowStart:count:previousCount";
 //   - sliding-window log: a sorted set of one member per admitted unit,
@@ -85,6 +97,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -126,6 +139,10 @@ type Options struct {
 	// MeterProvider provides the tollgate_redis_* instruments; nil means a
 	// no-op provider.
 	MeterProvider metric.MeterProvider
+
+	// scriptsOnly makes the store call the script with EVALSHA even where
+	// the servers have Redis Functions; for tests of that path.
+	scriptsOnly bool
 }
 
 const (
@@ -141,6 +158,10 @@ const (
 const (
 	// clockSlack is the TTL slack, in ms, when Options.Now is set.
 	clockSlack = "1000"
+	// serverSlack is the TTL slack, in ms, on the server's clock: Redis
+	// checks expiry inside a script against its ms clock as the call
+	// started, which may be a tick behind the TIME the script reads.
+	serverSlack = "1"
 	// loadTimeout bounds the script load that New starts.
 	loadTimeout = 5 * time.Second
 	// inlineHits is the batch size whose key buffers are kept for reuse.
@@ -157,12 +178,19 @@ type Store struct {
 	prefix  string
 	now     func() time.Time
 	slack   any // ARGV[2], boxed once
-	log     *slog.Logger
-	metrics *metrics
-	batch   *batcher // nil when batching is disabled
+	// scriptsOnly is Options.scriptsOnly.
+	scriptsOnly bool
+	log         *slog.Logger
+	metrics     *metrics
+	batch       *batcher // nil when batching is disabled
 
-	loadMu  sync.Mutex
-	loading *scriptLoad
+	prepareMu sync.Mutex
+	preparing *preparing
+	// server is what the last check found of the servers, nil before it.
+	server atomic.Pointer[serverState]
+	// stale reports that the servers must be checked again before the next
+	// round trip.
+	stale atomic.Bool
 
 	requests sync.Pool // *request
 	sendings sync.Pool // *sending
@@ -180,14 +208,14 @@ var _ store.Store = (*Store)(nil)
 // Redis answers NOSCRIPT.
 func New(opts Options) (*Store, error) {
 	if opts.Client == nil {
-		return nil, errors.New("redis store: no client")
+		return nil, errors.New("no client")
 	}
 	prefix := opts.KeyPrefix
 	if prefix == "" {
 		prefix = DefaultKeyPrefix
 	}
 	if strings.ContainsAny(prefix, "{}") {
-		return nil, fmt.Errorf("redis store: key prefix %q holds a brace, which would change the keys' hash tag", prefix)
+		return nil, fmt.Errorf("key prefix %q holds a brace, which would change the keys' hash tag", prefix)
 	}
 	mp := opts.MeterProvider
 	if mp == nil {
@@ -195,7 +223,7 @@ func New(opts Options) (*Store, error) {
 	}
 	m, err := newMetrics(mp)
 	if err != nil {
-		return nil, fmt.Errorf("redis store: metrics: %w", err)
+		return nil, fmt.Errorf("creating metrics: %w", err)
 	}
 	logger := opts.Logger
 	if logger == nil {
@@ -203,13 +231,14 @@ func New(opts Options) (*Store, error) {
 	}
 	_, cluster := opts.Client.(*goredis.ClusterClient)
 	s := &Store{
-		client:  opts.Client,
-		cluster: cluster,
-		prefix:  prefix,
-		now:     opts.Now,
-		slack:   "0",
-		log:     logger.With("component", "redis"),
-		metrics: m,
+		client:      opts.Client,
+		cluster:     cluster,
+		prefix:      prefix,
+		now:         opts.Now,
+		slack:       serverSlack,
+		scriptsOnly: opts.scriptsOnly,
+		log:         logger.With("component", "redis"),
+		metrics:     m,
 	}
 	if opts.Now != nil {
 		s.slack = clockSlack
@@ -234,8 +263,8 @@ func New(opts Options) (*Store, error) {
 	s.wg.Go(func() {
 		ctx, cancel := context.WithTimeout(ctx, loadTimeout)
 		defer cancel()
-		if err := s.loadScript(ctx); err != nil && ctx.Err() == nil {
-			s.log.Warn("loading the decision script failed; retrying on first use", "error", err)
+		if err := s.prepare(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, ErrUnsupportedVersion) {
+			s.log.Warn("preparing the decision script failed; retrying on first use", "error", err)
 		}
 	})
 	return s, nil
@@ -316,7 +345,10 @@ func (s *Store) apply(ctx context.Context, hits []store.Hit, verdicts []algorith
 			// plain i/o timeout; say which deadline it was.
 			failed = fmt.Errorf("%w: %w", context.DeadlineExceeded, failed)
 		}
-		return 0, fmt.Errorf("%w: redis: %w", store.ErrUnavailable, failed)
+		if errors.Is(failed, store.ErrUnavailable) {
+			return 0, failed
+		}
+		return 0, fmt.Errorf("%w: deciding in redis: %w", store.ErrUnavailable, failed)
 	}
 	return decidedAt, nil
 }
@@ -387,7 +419,7 @@ func (s *Store) refund(ctx context.Context, r *request, hits []store.Hit, verdic
 	for _, rc := range refunds {
 		if rc.err != nil {
 			s.metrics.failed(ctx, s.metrics.redisError)
-			return fmt.Errorf("%w: redis: refunding: %w", store.ErrUnavailable, rc.err)
+			return fmt.Errorf("%w: refunding in redis: %w", store.ErrUnavailable, rc.err)
 		}
 		half := len(rc.hits) / 2
 		for k := half; k < len(rc.hits); k++ {

@@ -9,15 +9,19 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 )
 
-// applyScript decides groups of hits, each the hits of one Apply in one
-// slot; see its header comment.
+// applySource defines apply, which decides groups of hits, each the hits
+// of one Apply in one slot; see its header comment.
 //
 //go:embed apply.lua
-var applyScript string
+var applySource string
+
+// applyScript is the script EVALSHA runs: applySource calling apply.
+var applyScript = applySource + "\nreturn apply(KEYS, ARGV)\n"
 
 // applySHA is the SHA1 digest EVALSHA names applyScript by.
 var applySHA = func() string {
@@ -25,48 +29,147 @@ var applySHA = func() string {
 	return hex.EncodeToString(sum[:])
 }()
 
-// scriptLoad is a SCRIPT LOAD in progress, shared by every caller that
-// needs the script while it runs.
-type scriptLoad struct {
+// applyFunction is the name FCALL calls apply by, and applyLibrary the
+// function library that defines it, for servers with Redis Functions. Both
+// names carry the script's digest, so that instances running different
+// versions of the script, as during a rolling upgrade, each keep their own.
+var (
+	applyFunction = "tollgate_apply_" + applySHA[:16]
+	applyLibrary  = "#!lua name=tollgate_" + applySHA[:16] + "\n" + applySource +
+		"\nredis.register_function('" + applyFunction + "', apply)\n"
+)
+
+// recheckAfter is how long the store answers with the error of a server
+// too old for it before it reads the server's version again.
+const recheckAfter = time.Second
+
+// preparing is a prepare in progress, shared by every caller that needs it
+// while it runs.
+type preparing struct {
 	done chan struct{}
 	err  error
 }
 
-// loadScript loads the script on every node (go-redis sends SCRIPT LOAD to
-// every shard of a Cluster). Concurrent callers share one load.
-func (s *Store) loadScript(ctx context.Context) error {
-	s.loadMu.Lock()
-	l := s.loading
-	if l == nil {
-		l = &scriptLoad{done: make(chan struct{})}
-		s.loading = l
-		s.loadMu.Unlock()
-		s.metrics.loads.Add(ctx, 1)
-		sha, err := s.client.ScriptLoad(ctx, applyScript).Result()
-		if err == nil && sha != applySHA {
-			err = fmt.Errorf("SCRIPT LOAD returned digest %s, want %s", sha, applySHA)
+// prepare reads the servers' versions and loads the script where they are
+// supported: as a function library where every server has Redis Functions,
+// else as a script, on every node (masters of a Cluster for a library;
+// go-redis sends SCRIPT LOAD to every node). Concurrent callers share one
+// prepare. A server too old is logged once, when first found.
+func (s *Store) prepare(ctx context.Context) error {
+	s.prepareMu.Lock()
+	p := s.preparing
+	if p != nil {
+		s.prepareMu.Unlock()
+		select {
+		case <-p.done:
+			return p.err
+		case <-ctx.Done():
+			return ctx.Err()
 		}
-		l.err = err
-		s.loadMu.Lock()
-		s.loading = nil
-		s.loadMu.Unlock()
-		close(l.done)
+	}
+	p = &preparing{done: make(chan struct{})}
+	s.preparing = p
+	s.prepareMu.Unlock()
+
+	p.err = s.check(ctx)
+	if p.err == nil {
+		p.err = s.load(ctx)
+	}
+	if p.err == nil {
+		s.stale.Store(false)
+	}
+	s.prepareMu.Lock()
+	s.preparing = nil
+	s.prepareMu.Unlock()
+	close(p.done)
+	return p.err
+}
+
+// check reads the servers' versions into s.server, logging a change.
+func (s *Store) check(ctx context.Context) error {
+	st, err := s.checkServers(ctx)
+	if err != nil {
 		return err
 	}
-	s.loadMu.Unlock()
-	select {
-	case <-l.done:
-		return l.err
-	case <-ctx.Done():
-		return ctx.Err()
+	st.recheck = time.Now().Add(recheckAfter)
+	old := s.server.Swap(st)
+	switch {
+	case st.err != nil && (old == nil || old.err == nil || old.err.Error() != st.err.Error()):
+		s.log.Error("redis server too old: answering every decision by the rules' failure modes", "error", st.err)
+	case st.err == nil && old != nil && old.err != nil:
+		s.log.Info("redis server version supported again", "servers", st.versions)
+	case st.err == nil && (old == nil || old.versions != st.versions):
+		s.log.Info("redis servers", "servers", st.versions, "functions", st.functions)
 	}
+	return st.err
+}
+
+// load loads the script in the form s.server calls for.
+func (s *Store) load(ctx context.Context) error {
+	s.metrics.loads.Add(ctx, 1)
+	if st := s.server.Load(); st != nil && st.functions {
+		load := func(ctx context.Context, c *goredis.Client) error {
+			return c.FunctionLoadReplace(ctx, applyLibrary).Err()
+		}
+		var err error
+		if cc, ok := s.client.(*goredis.ClusterClient); ok {
+			err = cc.ForEachMaster(ctx, load)
+		} else {
+			err = s.client.FunctionLoadReplace(ctx, applyLibrary).Err()
+		}
+		if err != nil {
+			return fmt.Errorf("loading the function library: %w", err)
+		}
+		return nil
+	}
+	sha, err := s.client.ScriptLoad(ctx, applyScript).Result()
+	if err == nil && sha != applySHA {
+		err = fmt.Errorf("SCRIPT LOAD returned digest %s, want %s", sha, applySHA)
+	}
+	if err != nil {
+		return fmt.Errorf("loading the script: %w", err)
+	}
+	return nil
+}
+
+// gate returns the error of a server too old for the store, reading the
+// versions again when they may have changed: after a network error (a
+// reconnect may reach another server) and every recheckAfter while a
+// server is too old.
+func (s *Store) gate(ctx context.Context) error {
+	st := s.server.Load()
+	if s.stale.Load() || (st != nil && st.err != nil && time.Now().After(st.recheck)) {
+		if err := s.prepare(ctx); err != nil {
+			return err
+		}
+		st = s.server.Load()
+	}
+	if st != nil {
+		return st.err
+	}
+	return nil
+}
+
+// needsLoad reports whether err says the server lacks the script or
+// library (it restarted, or its cache was flushed) or the FCALL command
+// (another server took over).
+func needsLoad(err error) bool {
+	return goredis.HasErrorPrefix(err, "NOSCRIPT") ||
+		goredis.HasErrorPrefix(err, "Function not found") ||
+		goredis.HasErrorPrefix(err, "unknown command")
 }
 
 // run sends calls in one round trip, as one script call per slot (a
 // pipeline when there are several), and leaves each call's result or error
-// in it. Calls that Redis answers with
-// NOSCRIPT are sent again, once, after the script is loaded.
+// in it. Calls that Redis answers with NOSCRIPT (or the like, see
+// needsLoad) are sent again, once, after prepare.
 func (s *Store) run(ctx context.Context, calls []*call) {
+	if err := s.gate(ctx); err != nil {
+		for _, c := range calls {
+			c.err = err
+		}
+		return
+	}
 	s.send(ctx, calls)
 	retry := calls[:0:0]
 	reload := false
@@ -74,11 +177,15 @@ func (s *Store) run(ctx context.Context, calls []*call) {
 		var reply goredis.Error
 		switch {
 		case c.err == nil:
-		case goredis.HasErrorPrefix(c.err, "NOSCRIPT"):
+		case needsLoad(c.err):
 			retry = append(retry, c)
 		case !errors.As(c.err, &reply):
 			reload = true
 		}
+	}
+	if reload {
+		// A reconnect may reach another server: read its version first.
+		s.stale.Store(true)
 	}
 	if reload && s.cluster {
 		// go-redis keeps sending a dead master's slots to it until its
@@ -91,9 +198,12 @@ func (s *Store) run(ctx context.Context, calls []*call) {
 	if len(retry) == 0 {
 		return
 	}
-	if err := s.loadScript(ctx); err != nil {
+	if err := s.prepare(ctx); err != nil {
+		if !errors.Is(err, ErrUnsupportedVersion) {
+			err = fmt.Errorf("after %v: %w", retry[0].err, err)
+		}
 		for _, c := range retry {
-			c.err = fmt.Errorf("loading the script after NOSCRIPT: %w", err)
+			c.err = err
 		}
 		return
 	}
@@ -192,8 +302,15 @@ func (s *Store) send(ctx context.Context, calls []*call) {
 	s.sendings.Put(sd)
 }
 
-// evalSha queues or sends the script call of sc.
-func (s *Store) evalSha(ctx context.Context, c goredis.Scripter, sc *script) *goredis.Cmd {
+// scripter sends or queues a script call: a client or a pipeline.
+type scripter interface {
+	EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *goredis.Cmd
+	FCall(ctx context.Context, function string, keys []string, args ...any) *goredis.Cmd
+}
+
+// evalSha queues or sends the script call of sc: an FCALL where the
+// servers have Redis Functions, else an EVALSHA.
+func (s *Store) evalSha(ctx context.Context, c scripter, sc *script) *goredis.Cmd {
 	sc.nowArg = sc.nowArg[:0]
 	if s.now != nil {
 		sc.nowArg = strconv.AppendInt(sc.nowArg, sc.now, 10)
@@ -206,6 +323,9 @@ func (s *Store) evalSha(ctx context.Context, c goredis.Scripter, sc *script) *go
 			sc.args = append(sc.args, c.args...)
 		}
 		keys, args = sc.keys, sc.args
+	}
+	if st := s.server.Load(); st != nil && st.functions {
+		return c.FCall(ctx, applyFunction, keys, sc.nowArg, s.slack, args)
 	}
 	return c.EvalSha(ctx, applySHA, keys, sc.nowArg, s.slack, args)
 }
