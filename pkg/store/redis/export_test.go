@@ -26,7 +26,7 @@ func ScriptsOnly(o Options) Options {
 // the instant each batch was decided at and its error.
 func ApplyTogether(s *Store, ctx context.Context, batches [][]store.Hit, verdicts [][]algorithm.Verdict) ([]int64, []error) {
 	requests := make([]*request, len(batches))
-	var calls []*call
+	var groups []*group
 	for b, hits := range batches {
 		var now int64
 		if s.now != nil {
@@ -35,13 +35,13 @@ func ApplyTogether(s *Store, ctx context.Context, batches [][]store.Hit, verdict
 		r := new(request)
 		r.build(s, hits, now)
 		requests[b] = r
-		calls = append(calls, r.calls...)
+		groups = append(groups, r.groups...)
 	}
-	s.run(ctx, calls)
+	s.run(ctx, groups)
 	at, errs := make([]int64, len(batches)), make([]error, len(batches))
 	for b, r := range requests {
 		_, errs[b] = r.verdicts(batches[b], verdicts[b])
-		at[b] = r.calls[0].decidedAt
+		at[b] = r.groups[0].decidedAt
 	}
 	return at, errs
 }

@@ -78,7 +78,7 @@
 // them; the call reads each counter once and writes it once. So an idle
 // store adds no latency, and round trips and script calls per decision
 // fall as load rises: with 64 concurrent callers on 10 000 token buckets
-// (BenchmarkApplyKeys), about 20 Applies share each round trip and script
+// (BenchmarkApplyKeys), about 20 Applies share each round trip and call
 // call, and Redis spends about a third of the CPU time per decision that
 // one script call per Apply took.
 //
@@ -124,10 +124,10 @@ type Options struct {
 	// Now set, every TTL gets a second of slack so a clock slightly behind
 	// the server's never loses a live counter.
 	Now func() time.Time
-	// BatchWindow is how long the batcher waits for more script calls while
+	// BatchWindow is how long the batcher waits for more slot groups while
 	// others are in flight: 0 means DefaultBatchWindow, a negative value
-	// disables batching (each Apply sends its own calls). A call waits at
-	// most the window, and only while other calls are in flight. Without
+	// disables batching (each Apply sends its own groups). A call waits at
+	// most the window, and only while other groups are in flight. Without
 	// batching, Apply leaves at its context's deadline only if the client
 	// honours deadlines (NewClient's clients do).
 	BatchWindow time.Duration
@@ -273,11 +273,11 @@ func New(opts Options) (*Store, error) {
 // honoursDeadlines reports whether client bounds its network waits by a
 // context's deadline.
 func honoursDeadlines(client goredis.UniversalClient) bool {
-	switch c := client.(type) {
+	switch cl := client.(type) {
 	case *goredis.Client:
-		return c.Options().ContextTimeoutEnabled
+		return cl.Options().ContextTimeoutEnabled
 	case *goredis.ClusterClient:
-		return c.Options().ContextTimeoutEnabled
+		return cl.Options().ContextTimeoutEnabled
 	}
 	return false
 }
@@ -323,13 +323,13 @@ func (s *Store) apply(ctx context.Context, hits []store.Hit, verdicts []algorith
 	}
 	r := s.requests.Get().(*request)
 	r.build(s, hits, now)
-	if err := s.exec(ctx, r.calls); err != nil {
+	if err := s.exec(ctx, r.groups); err != nil {
 		// Calls may still be in flight: r is not reused.
 		return 0, err
 	}
-	decidedAt = r.calls[0].decidedAt
+	decidedAt = r.groups[0].decidedAt
 	rejected, failed := r.verdicts(hits, verdicts)
-	if (rejected || failed != nil) && len(r.calls) > 1 {
+	if (rejected || failed != nil) && len(r.groups) > 1 {
 		if err := s.refund(ctx, r, hits, verdicts, now); err != nil {
 			if failed == nil {
 				return 0, err
@@ -353,20 +353,20 @@ func (s *Store) apply(ctx context.Context, hits []store.Hit, verdicts []algorith
 	return decidedAt, nil
 }
 
-// verdicts fills verdicts from the results of r's calls, reporting whether
+// verdicts fills verdicts from the results of r's groups, reporting whether
 // a hit that is not Soft was rejected and the error of a call that failed.
 func (r *request) verdicts(hits []store.Hit, verdicts []algorithm.Verdict) (rejected bool, failed error) {
-	for _, c := range r.calls {
-		if c.err != nil {
-			failed = c.err
+	for _, g := range r.groups {
+		if g.err != nil {
+			failed = g.err
 			continue
 		}
-		for k, i := range c.hits {
-			v := verdict(c.res[5*k:])
+		for k, i := range g.hits {
+			v := verdict(g.res[5*k:])
 			verdicts[i] = v
 			if !v.Allowed && !hits[i].Soft {
 				rejected = true
-				c.rejected = true
+				g.rejected = true
 			}
 		}
 	}
@@ -377,62 +377,62 @@ func (r *request) verdicts(hits []store.Hit, verdicts []algorithm.Verdict) (reje
 // hit with a positive cost of a group that rejected nothing and did not
 // fail. Each such hit then reports its counter after the refund.
 func (s *Store) refund(ctx context.Context, r *request, hits []store.Hit, verdicts []algorithm.Verdict, now int64) error {
-	var refunds []*call
-	for _, c := range r.calls {
-		if c.err != nil || c.rejected {
+	var refunds []*group
+	for _, g := range r.groups {
+		if g.err != nil || g.rejected {
 			continue
 		}
-		var rc *call
-		for k, i := range c.hits {
+		var rg *group
+		for k, i := range g.hits {
 			if !verdicts[i].Allowed || hits[i].Cost <= 0 {
 				continue
 			}
-			if rc == nil {
-				rc = r.newCall(now, c.slot)
-				refunds = append(refunds, rc)
+			if rg == nil {
+				rg = r.newGroup(now, g.slot)
+				refunds = append(refunds, rg)
 			}
-			rc.add(&hits[i], c.keys[k], i, -hits[i].Cost, true)
+			rg.add(&hits[i], g.keys[k], i, -hits[i].Cost, true)
 		}
-		if rc == nil {
+		if rg == nil {
 			continue
 		}
 		// A check of each refunded hit after all the refunds, so that a
 		// counter hit twice reports its state after both. The checks are
 		// soft: one that fails must not roll the refunds back.
-		n := len(rc.hits)
+		n := len(rg.hits)
 		for k := range n {
-			i := rc.hits[k]
-			rc.add(&hits[i], rc.keys[k], i, 0, true)
+			i := rg.hits[k]
+			rg.add(&hits[i], rg.keys[k], i, 0, true)
 		}
 	}
 	if len(refunds) == 0 {
 		return nil
 	}
 	n := 0
-	for _, rc := range refunds {
-		n += len(rc.hits) / 2
+	for _, rg := range refunds {
+		n += len(rg.hits) / 2
 	}
 	s.metrics.refunds.Add(ctx, int64(n))
 	if err := s.exec(ctx, refunds); err != nil {
 		return err
 	}
-	for _, rc := range refunds {
-		if rc.err != nil {
+	for _, rg := range refunds {
+		if rg.err != nil {
 			s.metrics.failed(ctx, s.metrics.redisError)
-			return fmt.Errorf("%w: refunding in redis: %w", store.ErrUnavailable, rc.err)
+			return fmt.Errorf("%w: refunding in redis: %w", store.ErrUnavailable, rg.err)
 		}
-		half := len(rc.hits) / 2
-		for k := half; k < len(rc.hits); k++ {
-			v := verdict(rc.res[5*k:])
-			verdicts[rc.hits[k]] = algorithm.Verdict{Allowed: true, Limit: v.Limit, Remaining: v.Remaining, ResetAfter: v.ResetAfter}
+		half := len(rg.hits) / 2
+		for k := half; k < len(rg.hits); k++ {
+			v := verdict(rg.res[5*k:])
+			verdicts[rg.hits[k]] = algorithm.Verdict{Allowed: true, Limit: v.Limit, Remaining: v.Remaining, ResetAfter: v.ResetAfter}
 		}
 	}
 	return nil
 }
 
-// exec runs calls, through the batcher or directly, and waits for all of
-// them or for ctx to end. Errors of single calls are left in their err.
-func (s *Store) exec(ctx context.Context, calls []*call) error {
+// exec runs groups, through the batcher or directly, and waits for all of
+// them or for ctx to end. Errors of single groups are left in their err.
+func (s *Store) exec(ctx context.Context, groups []*group) error {
 	if s.batch == nil {
 		s.mu.RLock()
 		closed := s.closed
@@ -441,19 +441,19 @@ func (s *Store) exec(ctx context.Context, calls []*call) error {
 			s.metrics.failed(ctx, s.metrics.closedError)
 			return errClosed
 		}
-		s.run(ctx, calls)
+		s.run(ctx, groups)
 		return s.ctxErr(ctx)
 	}
-	ran, err := s.batch.enqueue(ctx, calls)
+	ran, err := s.batch.enqueue(ctx, groups)
 	if err != nil {
 		return err
 	}
 	if ran {
 		return s.ctxErr(ctx)
 	}
-	for _, c := range calls {
+	for _, g := range groups {
 		select {
-		case <-c.done:
+		case <-g.done:
 		case <-ctx.Done():
 			s.metrics.failed(ctx, s.metrics.contextError)
 			return fmt.Errorf("%w: %w", store.ErrUnavailable, ctx.Err())
@@ -471,20 +471,9 @@ func (s *Store) ctxErr(ctx context.Context) error {
 	return nil
 }
 
-// verdict decodes the script's five integers for one hit.
-func verdict(res []int64) algorithm.Verdict {
-	return algorithm.Verdict{
-		Allowed:    res[0] == 1,
-		Remaining:  res[1],
-		ResetAfter: time.Duration(res[2]) * time.Microsecond,
-		RetryAfter: time.Duration(res[3]) * time.Microsecond,
-		Limit:      res[4],
-	}
-}
-
-// call is one slot group of an Apply: the hits of its batch in one slot.
-// A script call carries one or more calls, each as a group (see send).
-type call struct {
+// group is one slot group of an Apply: the hits of its batch in one slot.
+// A script call (type call) carries one or more groups (see send).
+type group struct {
 	ctx  context.Context // the caller's, set when queued
 	slot int             // the keys' slot on a Cluster, else 0
 	now  int64           // the Apply's instant in µs, on a client's clock
@@ -503,74 +492,60 @@ type call struct {
 	done     chan struct{} // receives once the call has run
 }
 
-// add appends hit i of the batch, h, with the given cost.
-func (c *call) add(h *store.Hit, key string, i int, cost int64, soft bool) {
-	c.keys = append(c.keys, key)
-	c.hits = append(c.hits, i)
-	s := int64(0)
-	if soft {
-		s = 1
-	}
-	binary.LittleEndian.PutUint64(c.args, uint64(len(c.keys)))
-	for _, x := range [...]int64{int64(h.Limit.Kind), h.Limit.Requests, h.Limit.Burst, h.Limit.Period, cost, s} {
-		c.args = binary.LittleEndian.AppendUint64(c.args, uint64(x))
-	}
-}
-
-// request holds the calls of one Apply; it is reused through a pool.
+// request holds the groups of one Apply; it is reused through a pool.
 type request struct {
-	calls []*call
-	spare []*call // calls of earlier uses, to reuse
-	buf   []byte  // key scratch
+	groups []*group
+	spare  []*group // groups of earlier uses, to reuse
+	buf    []byte   // key scratch
 }
 
-// newCall returns an empty call from r's spares.
-func (r *request) newCall(now int64, slot int) *call {
-	var c *call
-	if n := len(r.calls); n < len(r.spare) {
-		c = r.spare[n]
+// newGroup returns an empty group from r's spares.
+func (r *request) newGroup(now int64, slot int) *group {
+	var g *group
+	if n := len(r.groups); n < len(r.spare) {
+		g = r.spare[n]
 	} else {
-		c = &call{done: make(chan struct{}, 1)}
-		r.spare = append(r.spare, c)
+		g = &group{done: make(chan struct{}, 1)}
+		r.spare = append(r.spare, g)
 	}
-	c.ctx, c.slot, c.now = nil, slot, now
-	c.keys, c.hits, c.res = c.keys[:0], c.hits[:0], c.res[:0]
-	c.args = binary.LittleEndian.AppendUint64(c.args[:0], 0) // the hit count, set by add
-	c.err, c.rejected = nil, false
-	r.calls = append(r.calls, c)
-	return c
+	g.ctx, g.slot, g.now = nil, slot, now
+	g.keys, g.hits, g.res = g.keys[:0], g.hits[:0], g.res[:0]
+	g.args = binary.LittleEndian.AppendUint64(g.args[:0], 0) // the hit count, set by add
+	g.err, g.rejected = nil, false
+	r.groups = append(r.groups, g)
+	return g
 }
 
-// build fills r with the calls of a batch: one per slot against a Cluster,
+// build fills r with the groups of a batch: one per slot against a Cluster,
 // one in all otherwise.
 func (r *request) build(s *Store, hits []store.Hit, now int64) {
-	r.calls = r.calls[:0]
+	r.groups = r.groups[:0]
 	var slotBuf [inlineHits]int
-	callSlots := slotBuf[:0]
+	groupSlots := slotBuf[:0]
 	for i := range hits {
 		h := &hits[i]
 		b, start, end := appendKey(append(r.buf[:0], s.prefix...), h)
 		r.buf = b
 		key := string(b)
-		var c *call
+		var g *group
 		if !s.cluster {
-			if len(r.calls) == 0 {
-				r.newCall(now, 0)
+			if len(r.groups) == 0 {
+				r.newGroup(now, 0)
 			}
-			c = r.calls[0]
+			g = r.groups[0]
 		} else {
 			slot := int(crc16(b[start:end]) % slots)
-			for j, cs := range callSlots {
+			for j, cs := range groupSlots {
 				if cs == slot {
-					c = r.calls[j]
+					g = r.groups[j]
 					break
 				}
 			}
-			if c == nil {
-				c = r.newCall(now, slot)
-				callSlots = append(callSlots, slot)
+			if g == nil {
+				g = r.newGroup(now, slot)
+				groupSlots = append(groupSlots, slot)
 			}
 		}
-		c.add(h, key, i, h.Cost, h.Soft)
+		g.add(h, key, i, h.Cost, h.Soft)
 	}
 }
