@@ -136,7 +136,7 @@ func (m *measuring) report(b *testing.B) {
 }
 
 // redisCPU returns the CPU time Redis has used, in µs, and the time spent
-// in EVALSHA, from INFO.
+// in script calls (EVALSHA and FCALL), from INFO.
 func redisCPU(b *testing.B, client goredis.UniversalClient) (cpu, script float64) {
 	b.Helper()
 	info, err := client.Info(context.Background(), "cpu", "commandstats").Result()
@@ -152,14 +152,14 @@ func redisCPU(b *testing.B, client goredis.UniversalClient) (cpu, script float64
 				b.Fatalf("INFO %s: %v", line, err)
 			}
 			cpu += f * 1e6
-		case "cmdstat_evalsha":
+		case "cmdstat_evalsha", "cmdstat_fcall":
 			for _, field := range strings.Split(value, ",") {
 				if k, v, _ := strings.Cut(field, "="); k == "usec" {
 					f, err := strconv.ParseFloat(v, 64)
 					if err != nil {
 						b.Fatalf("INFO %s: %v", line, err)
 					}
-					script = f
+					script += f
 				}
 			}
 		}

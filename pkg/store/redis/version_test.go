@@ -1,21 +1,19 @@
 package redis
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/tollgatehq/tollgate/integration/redistest"
 
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
 	"github.com/tollgatehq/tollgate/pkg/store"
@@ -60,96 +58,6 @@ func TestParseVersion(t *testing.T) {
 	}
 }
 
-// oldServer is a loopback server that answers INFO as a Redis of the given
-// version would, and every other command with an error; no Redis older
-// than 6.2 can be installed here to run instead. It counts INFO requests.
-type oldServer struct {
-	addr    string
-	version string
-	mu      sync.Mutex
-	infos   int
-}
-
-func startOldServer(t *testing.T, version string) *oldServer {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &oldServer{addr: lis.Addr().String(), version: version}
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
-		lis.Close()
-		wg.Wait()
-	})
-	wg.Go(func() {
-		for {
-			conn, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() { srv.serve(conn) })
-			t.Cleanup(func() { conn.Close() })
-		}
-	})
-	return srv
-}
-
-// serve answers the commands of one connection until it closes.
-func (srv *oldServer) serve(conn net.Conn) {
-	defer conn.Close()
-	r := bufio.NewReader(conn)
-	for {
-		args, err := readCommand(r)
-		if err != nil {
-			return
-		}
-		var reply string
-		switch strings.ToUpper(args[0]) {
-		case "INFO":
-			srv.mu.Lock()
-			srv.infos++
-			srv.mu.Unlock()
-			body := "# Server\r\nredis_version:" + srv.version + "\r\n"
-			reply = fmt.Sprintf("$%d\r\n%s\r\n", len(body), body)
-		case "PING":
-			reply = "+PONG\r\n"
-		default:
-			reply = "-ERR unknown command '" + args[0] + "'\r\n"
-		}
-		if _, err := io.WriteString(conn, reply); err != nil {
-			return
-		}
-	}
-}
-
-// readCommand reads one RESP array of bulk strings.
-func readCommand(r *bufio.Reader) ([]string, error) {
-	line, err := r.ReadString('\n')
-	if err != nil {
-		return nil, err
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "*")))
-	if err != nil || n < 1 || n > 1024 {
-		return nil, fmt.Errorf("bad command header %q", line)
-	}
-	args := make([]string, n)
-	for i := range args {
-		if line, err = r.ReadString('\n'); err != nil {
-			return nil, err
-		}
-		size, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "$")))
-		if err != nil || size < 0 || size > 1<<20 {
-			return nil, fmt.Errorf("bad bulk header %q", line)
-		}
-		buf := make([]byte, size+2)
-		if _, err := io.ReadFull(r, buf); err != nil {
-			return nil, err
-		}
-		args[i] = string(buf[:size])
-	}
-	return args, nil
-}
-
 // lockedBuffer is a log sink safe for the store's goroutines.
 type lockedBuffer struct {
 	mu  sync.Mutex
@@ -174,8 +82,8 @@ func (b *lockedBuffer) String() string {
 // found and the minimum, that the log says so once, and that the version
 // is not read again on every request.
 func TestVersionGate(t *testing.T) {
-	srv := startOldServer(t, "6.0.9")
-	client := goredis.NewClient(&goredis.Options{Addr: srv.addr, Protocol: 2, DisableIdentity: true, ContextTimeoutEnabled: true, MaxRetries: -1})
+	srv := redistest.StartFake(t, "6.0.9")
+	client := goredis.NewClient(&goredis.Options{Addr: srv.Addr, Protocol: 2, DisableIdentity: true, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { client.Close() })
 	var logs lockedBuffer
 	s, err := New(Options{Client: client, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
@@ -183,7 +91,7 @@ func TestVersionGate(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	want := fmt.Sprintf("store unavailable: unsupported server version: Redis 6.0.9 at %s is older than the minimum, Redis 6.2 (or Valkey 7.2)", srv.addr)
+	want := fmt.Sprintf("store unavailable: unsupported server version: Redis 6.0.9 at %s is older than the minimum, Redis 6.2 (or Valkey 7.2)", srv.Addr)
 	l := algorithm.Limit{Kind: algorithm.TokenBucket, Requests: 10, Period: time.Second.Microseconds()}
 	for i := range 20 {
 		hits := []store.Hit{{Domain: "d", Entries: []store.Entry{{Key: "k", Value: "v"}}, Limit: l, Cost: 1}}
@@ -198,10 +106,7 @@ func TestVersionGate(t *testing.T) {
 	if n := strings.Count(logs.String(), "redis server too old"); n != 1 {
 		t.Errorf("logged the old server %d times, want once:\n%s", n, logs.String())
 	}
-	srv.mu.Lock()
-	infos := srv.infos
-	srv.mu.Unlock()
-	if infos > 2 {
+	if infos := srv.Infos(); infos > 2 {
 		t.Errorf("INFO asked %d times for 20 Applies within a second, want at most 2 (at start and once more)", infos)
 	}
 }
