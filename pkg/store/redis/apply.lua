@@ -18,8 +18,8 @@
 -- called with FCALL. A script's body runs on every call, so every function
 -- defined at its top level is a new closure each time: the top level
 -- defines only what a token-bucket hit needs, and the other algorithms are
--- built by others() when a call first needs them. A library runs its top
--- level once.
+-- built by buildOthers when a call first needs them. A library runs its
+-- top level once.
 --
 -- Only commands of Redis 6.2 (and Valkey 7.2) may be used; TestScriptCommands
 -- holds the list.

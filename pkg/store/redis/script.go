@@ -193,20 +193,35 @@ func (s *Store) run(ctx context.Context, groups []*group) {
 		// reload at a time.
 		s.client.(*goredis.ClusterClient).ReloadState(context.Background())
 	}
-	if len(retry) == 0 {
-		return
-	}
-	if err := s.prepare(ctx); err != nil {
-		if !errors.Is(err, ErrUnsupportedVersion) {
-			err = fmt.Errorf("after %v: %w", retry[0].err, err)
+	// A prepare already under way may have loaded the script before Redis
+	// lost it, so a retry may meet NOSCRIPT again: a second prepare then
+	// starts after it.
+	for range maxPrepares {
+		if len(retry) == 0 {
+			return
 		}
+		if err := s.prepare(ctx); err != nil {
+			if !errors.Is(err, ErrUnsupportedVersion) {
+				err = fmt.Errorf("after %v: %w", retry[0].err, err)
+			}
+			for _, g := range retry {
+				g.err = err
+			}
+			return
+		}
+		s.send(ctx, retry)
+		again := retry[:0]
 		for _, g := range retry {
-			g.err = err
+			if g.err != nil && needsLoad(g.err) {
+				again = append(again, g)
+			}
 		}
-		return
+		retry = again
 	}
-	s.send(ctx, retry)
 }
+
+// maxPrepares bounds the prepares one run waits for.
+const maxPrepares = 2
 
 // maxCallHits is the most hits merged into one script call, so that one
 // call never holds Redis for long: 256 token-bucket hits take it about a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -141,6 +142,7 @@ func (s *Store) checkServers(ctx context.Context) (*serverState, error) {
 		}
 		st.functions = st.functions && v.functions()
 	}
+	slices.Sort(names) // a Cluster's nodes answer in any order
 	st.versions = strings.Join(names, ", ")
 	return st, nil
 }
