@@ -52,6 +52,8 @@ type App struct {
 
 	// breaker guards the Redis store; nil with the memory store.
 	breaker *breaker.Store
+	// redis is the Redis store behind breaker; nil with the memory store.
+	redis *redis.Store
 
 	grpcLis, httpLis, debugLis net.Listener
 	// closers release the store's resources after the servers stop, last
@@ -189,6 +191,7 @@ func (a *App) newStore(meters metric.MeterProvider) (store.Store, error) {
 			return nil, fmt.Errorf("creating the redis store: %w", err)
 		}
 		a.closers = append(a.closers, st.Close)
+		a.redis = st
 		a.breaker, err = breaker.New(st, breaker.Options{
 			Name:          "redis",
 			Failures:      uint32(s.BreakerFailures),
@@ -225,7 +228,11 @@ func (a *App) degraded() string {
 		return ""
 	}
 	if st := a.breaker.State(); st != breaker.Closed {
-		return "store unavailable, circuit breaker " + st.String() + "; answering by failure modes"
+		why := "store unavailable"
+		if err := a.redis.ServerError(); err != nil {
+			why = err.Error()
+		}
+		return why + ", circuit breaker " + st.String() + "; answering by failure modes"
 	}
 	return ""
 }

@@ -10,10 +10,24 @@
 -- touches another, and each sees the counters as the groups before it left
 -- them.
 --
--- KEYS[i] is the counter of hit i, group after group (a key may repeat).
--- ARGV[1] is now in µs since the epoch, or "" for the server's TIME.
--- ARGV[2] is extra TTL in ms added to every key written.
--- ARGV[3] packs the groups as little-endian 64-bit integers. Each group is
+-- This file defines apply(keys, argv), which the Go side calls in one of two
+-- ways (script.go): as the body of a script for EVALSHA, with
+-- "return apply(KEYS, ARGV)" appended, on every server (Redis 6.2 and up);
+-- or, where the server has Redis Functions (7.0 and up), as a function
+-- library whose one function is apply, loaded once with FUNCTION LOAD and
+-- called with FCALL. A script's body runs on every call, so every function
+-- defined at its top level is a new closure each time: the top level
+-- defines only what a token-bucket hit needs, and the other algorithms are
+-- built by buildOthers when a call first needs them. A library runs its
+-- top level once.
+--
+-- Only commands of Redis 6.2 (and Valkey 7.2) may be used; TestScriptCommands
+-- holds the list.
+--
+-- keys[i] is the counter of hit i, group after group (a key may repeat).
+-- argv[1] is now in µs since the epoch, or "" for the server's TIME.
+-- argv[2] is extra TTL in ms added to every key written.
+-- argv[3] packs the groups as little-endian 64-bit integers. Each group is
 -- its number of hits n, then n times
 --   kind requests burst period cost soft
 -- with kind 1 token bucket, 2 fixed window, 3 sliding-window counter,
@@ -36,53 +50,39 @@
 -- Numbers are doubles. Every value is an integer below 2^53 for limits that
 -- pass algorithm.Limit.Validate, and the only rounding steps are
 -- math.ceil(a * b / c) and math.floor(a * b / c), evaluated exactly as the
--- Go code evaluates them (mulDivCeil, mulDivFloor). Text is made with int:
--- tostring (and ..) would print "%.14g", and redis.call formats a number
--- argument with "%.17g", exactly but much slower.
+-- Go code evaluates them (mulDivCeil, mulDivFloor). Text is made with
+-- string.format('%d'): tostring (and ..) would print "%.14g", and
+-- redis.call formats a number argument with "%.17g", exactly but much
+-- slower.
 --
 -- Cost, the point of this layout: one script call for many Applies, one
--- TIME for all of them (on the server's clock), per counter one GET (and a
--- PEXPIRETIME for a live token bucket, see State I/O) and at most one SET
--- however many hits and groups change it, and no table made per
--- token-bucket hit.
+-- TIME for all of them (on the server's clock), per counter one GET and at
+-- most one SET however many hits and groups change it, and no table made
+-- per token-bucket hit.
 
-local floor, ceil, min, max, fmod = math.floor, math.ceil, math.min, math.max, math.fmod
-local sunpack = struct.unpack
+-- The library functions the code uses most, as locals. A function
+-- library's top level sees no globals but redis, so apply sets them on
+-- first use.
+local floor, ceil, min, max, fmod, format, sunpack, spack
 
 -- MAX_LOG_REQUESTS is algorithm.MaxLogRequests: a sliding-window log with a
 -- larger limit would add that many sorted-set members in one call, so it
 -- is refused like an invalid limit.
 local MAX_LOG_REQUESTS = 10000
 
-local now = tonumber(ARGV[1])
-local serverTime = not now
-if serverTime then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-local slack = tonumber(ARGV[2]) or 0
+-- HIT is the struct format of one hit of argv[3], HIT_SIZE its length;
+-- RESULT1 the format of one hit's results.
+local HIT, HIT_SIZE, RESULT1 = '<i8i8i8i8i8i8', 48, '<i8i8i8i8i8'
 
--- int formats an integer-valued double without an exponent.
-local function int(x)
-  return string.format('%d', x)
-end
-
--- windowStart mirrors algorithm.windowStart.
-local function windowStart(p)
-  local m = fmod(now, p)
-  if m < 0 then m = m + p end
-  return now - m
-end
+-- now is the instant of the call being decided, in µs, and slack its TTL
+-- slack in ms; apply sets both.
+local now, slack = 0, 0
 
 ------------------------------------------------------------------------
 -- Token bucket (algorithm.applyTokenBucket). State: the TAT, a number.
 --
 -- The hottest code: comparisons stand in for math.min and math.max, which
--- cost a call each.
-
-local function need(j, p, r)
-  return ceil(j * p / r)
-end
+-- cost a call each, and need(j) = ⌈j·p/r⌉ is written out.
 
 -- bucketRemaining is max(0, min(tokens(k), k)), tokens(k) being the whole
 -- tokens that credit k holds: 0 when k <= 0, else min(cap, ⌊k·r/p⌋).
@@ -94,7 +94,7 @@ local function bucketRemaining(k, cap, r, p)
   return t
 end
 
--- Each apply function returns the new state (nil when unchanged), allowed
+-- Each algorithm returns the new state (nil when unchanged), allowed
 -- (1 or 0), remaining, resetAfter, retryAfter and limit.
 local function tokenBucket(r, burst, p, cost, tat)
   local cap = r
@@ -115,17 +115,17 @@ local function tokenBucket(r, burst, p, cost, tat)
   if cost < 0 then
     local m = cap
     if cost > -m then m = -cost end
-    k2 = k + need(a + m, p, r) - need(a, p, r)
+    k2 = k + ceil((a + m) * p / r) - ceil(a * p / r)
     if k2 > tau then k2 = tau end
   elseif cost == 0 then
     if a >= 1 then
       return nil, 1, bucketRemaining(k, cap, r, p), tau - k, 0, cap
     end
-    return nil, 0, bucketRemaining(k, cap, r, p), tau - k, need(1, p, r) - k, cap
+    return nil, 0, bucketRemaining(k, cap, r, p), tau - k, ceil(p / r) - k, cap
   elseif cost > cap then
     return nil, 0, bucketRemaining(k, cap, r, p), tau - k, p, cap
   elseif cost > a then
-    return nil, 0, bucketRemaining(k, cap, r, p), tau - k, need(cost, p, r) - k, cap
+    return nil, 0, bucketRemaining(k, cap, r, p), tau - k, ceil(cost * p / r) - k, cap
   else
     -- min(k − need(a) + need(a − cost), need(a − cost + 1) − 1)
     k2 = k - ceil(a * p / r) + ceil((a - cost) * p / r)
@@ -136,185 +136,20 @@ local function tokenBucket(r, burst, p, cost, tat)
 end
 
 ------------------------------------------------------------------------
--- Fixed window (algorithm.applyFixedWindow). State: { T, Cur }.
-
-local function fixedWindow(r, p, cost, s)
-  local w = windowStart(p)
-  local e = w + p - now
-  local cur = 0
-  if s.T == w then cur = s.Cur end
-  local reset = 0
-  if cur > 0 then reset = e end
-  local remaining = max(0, r - cur)
-  if cost < 0 then
-    cur = max(0, cur + cost)
-  elseif r == 0 or cost > r then
-    return nil, 0, remaining, reset, p, r
-  elseif cost == 0 then
-    if cur + 1 <= r then return nil, 1, remaining, reset, 0, r end
-    return nil, 0, remaining, reset, e, r
-  elseif cur + cost > r then
-    return nil, 0, remaining, reset, e, r
-  else
-    cur = cur + cost
-  end
-  reset = 0
-  if cur > 0 then reset = e end
-  return { T = w, Cur = cur }, 1, max(0, r - cur), reset, 0, r
-end
-
-------------------------------------------------------------------------
--- Sliding-window counter (algorithm.applySlidingWindowCounter).
--- State: { T, Cur, Prev }.
-
-local function slidingEstimate(prev, cur, p, elapsed)
-  return ceil(prev * (p - elapsed) / p) + cur
-end
-
-local function slidingResetAfter(prev, cur, p, elapsed)
-  if cur > 0 then return 2 * p - elapsed end
-  if prev > 0 then return p - elapsed end
-  return 0
-end
-
-local function slidingCounter(r, p, cost, s)
-  local w = windowStart(p)
-  local elapsed = now - w
-  local prev, cur = 0, 0
-  if s.T == w then
-    prev, cur = s.Prev, s.Cur
-  elseif s.T == w - p then
-    prev = s.Cur
-  end
-  local e = slidingEstimate(prev, cur, p, elapsed)
-  local remaining, reset = max(0, r - e), slidingResetAfter(prev, cur, p, elapsed)
-  local n = max(cost, 1)
-  if cost < 0 then
-    if cost <= -(cur + prev) then
-      cur, prev = 0, 0
-    else
-      local taken = min(cur, -cost)
-      cur = cur - taken
-      prev = prev - (-cost - taken)
-    end
-  elseif r == 0 or cost > r then
-    return nil, 0, remaining, reset, p, r
-  elseif e + n > r then
-    local m = r - cur - n
-    if m >= 0 then
-      return nil, 0, remaining, reset, p - floor(m * p / prev) - elapsed, r
-    end
-    local into = p - floor((r - n) * p / cur)
-    return nil, 0, remaining, reset, p - elapsed + into, r
-  elseif cost == 0 then
-    return nil, 1, remaining, reset, 0, r
-  else
-    cur = cur + cost
-  end
-  return { T = w, Cur = cur, Prev = prev }, 1, max(0, r - slidingEstimate(prev, cur, p, elapsed)),
-    slidingResetAfter(prev, cur, p, elapsed), 0, r
-end
-
-------------------------------------------------------------------------
--- Sliding-window log (algorithm.applySlidingWindowLog).
+-- State I/O of a token bucket and of the string counters.
 --
--- The stored log is a sorted set, one member per admitted unit, scored by
--- its time. Within a call the log is the stored live entries (score >
--- now - period) less the newest `cut` of them, plus `add` entries at now,
--- so a call reads O(log n) per hit however long the log is. In time order
--- it is: the stored entries at or before now (b of them), the added ones,
--- the stored ones after now (there are some only if a clock stepped back),
--- exactly where algorithm.insertTimes puts new entries.
-
--- logLoad returns the view of the stored log, or nil and an error message
--- when the key holds another type.
-local function logLoad(key, p)
-  local lo = '(' .. int(now - p)
-  local live = redis.pcall('ZCOUNT', key, lo, '+inf')
-  if type(live) == 'table' then return nil, live.err end
-  local l = { key = key, live = live, dead = 0, upToNow = 0, cut = 0, add = 0, p = p }
-  if live > 0 then
-    l.dead = redis.call('ZCARD', key) - live
-    l.upToNow = redis.call('ZCOUNT', key, lo, int(now))
-  end
-  return l
-end
-
-local function logCount(l)
-  return l.live - l.cut + l.add
-end
-
--- logStored returns the time of the i-th (0-based) live stored entry.
-local function logStored(l, i)
-  local rank = l.dead + i
-  return tonumber(redis.call('ZRANGE', l.key, rank, rank, 'WITHSCORES')[2])
-end
-
--- logEntry returns the time of the i-th (0-based) entry of the log.
-local function logEntry(l, i)
-  local b = min(l.live - l.cut, l.upToNow)
-  if i < b then return logStored(l, i) end
-  if i < b + l.add then return now end
-  return logStored(l, i - l.add)
-end
-
-local function logResetAfter(l)
-  local n = logCount(l)
-  if n == 0 then return 0 end
-  return logEntry(l, n - 1) + l.p - now
-end
-
--- logRemove drops the m newest entries: stored ones after now, then added
--- ones, then stored ones at or before now.
-local function logRemove(l, m)
-  local after = max(0, (l.live - l.cut) - l.upToNow)
-  local r1 = min(m, after)
-  local r2 = min(m - r1, l.add)
-  l.add = l.add - r2
-  l.cut = l.cut + r1 + (m - r1 - r2)
-end
-
--- slidingLog changes l in place when it admits a hit of cost other than 0.
-local function slidingLog(r, p, cost, l)
-  local count = logCount(l)
-  local remaining, reset = max(0, r - count), logResetAfter(l)
-  local n = max(cost, 1)
-  if cost < 0 then
-    local m = count
-    if cost > -m then m = -cost end
-    logRemove(l, m)
-  elseif r == 0 or cost > r then
-    return nil, 0, remaining, reset, p, r
-  elseif count + n > r then
-    return nil, 0, remaining, reset, logEntry(l, count + n - r - 1) + p - now, r
-  elseif cost == 0 then
-    return nil, 1, remaining, reset, 0, r
-  else
-    l.add = l.add + cost
-  end
-  return l, 1, max(0, r - logCount(l)), logResetAfter(l), 0, r
-end
-
--- logCopy returns an independent copy of a log view.
-local function logCopy(l)
-  return { key = l.key, live = l.live, dead = l.dead, upToNow = l.upToNow, cut = l.cut, add = l.add, p = l.p }
-end
-
-------------------------------------------------------------------------
--- State I/O.
+-- Token bucket: the TAT in µs, an integer. Fixed window: "T:Cur".
+-- Sliding-window counter: "T:Cur:Prev". A key's TTL only governs cleanup:
+-- it ends at or after the instant the counter is empty again, so a key
+-- that has expired held an empty counter, and a live key is read from its
+-- value alone. (Redis checks expiry inside a script against the ms clock
+-- as the call started, which may lag TIME by a ms tick: the Go side passes
+-- one ms of slack on the server's clock, and a second on a client's.)
 --
--- Fixed window: "T:Cur". Sliding-window counter: "T:Cur:Prev". Token
--- bucket on the server's clock: the key expires at the TAT rounded up to a
--- ms, E, and holds E·1000 − TAT, below 1000, so Redis stores it as a shared
--- integer and the key costs no value object. Token bucket on a client's
--- clock, whose instants Redis expiry cannot express: the TAT itself (from
--- 1000 up).
---
--- Holding the TAT on the server's clock too would spare the PEXPIRETIME
--- that reading a live bucket takes (about a sixth of a hit's GET and SET),
--- but the value would then need an object: 16 bytes more per key, 129
--- instead of 113 with Debian's jemalloc (TestMemoryPerKey). Most hits
--- find their bucket gone or empty, and read no expiry.
+-- A value below 1000 is a token bucket of the layout before Redis 6.2 was
+-- supported, which kept the TAT in the key's absolute expiry (PEXPIRETIME,
+-- Redis 7.0) and the µs remainder in the value: its TAT is read, to a ms,
+-- from PTTL. Such keys are gone once their buckets are full again.
 
 -- parse returns the state of a string counter from its value v (false when
 -- the key is missing).
@@ -323,7 +158,9 @@ local function parse(key, kind, v)
     if not v then return 0 end
     local t = tonumber(v) or 0
     if t < 1000 then
-      t = redis.call('PEXPIRETIME', key) * 1000 - t
+      local ms = redis.call('PTTL', key)
+      if ms < 0 then return 0 end
+      t = now + ms * 1000 - t
     end
     return t
   end
@@ -332,219 +169,449 @@ local function parse(key, kind, v)
   return { T = tonumber(t) or 0, Cur = tonumber(c) or 0, Prev = tonumber(pv) or 0 }
 end
 
--- ttl returns the ms until the µs timestamp expiry, rounded up, plus slack.
-local function ttl(expiry)
-  return ceil((expiry - now) / 1000) + slack
+-- others is the code for the algorithms other than the token bucket, and
+-- for sliding-window logs' state, built by others() on first need.
+local others
+
+-- buildOthers returns others.
+local function buildOthers()
+  -- windowStart mirrors algorithm.windowStart.
+  local function windowStart(p)
+    local m = fmod(now, p)
+    if m < 0 then m = m + p end
+    return now - m
+  end
+
+  local function int(x)
+    return format('%d', x)
+  end
+
+  ------------------------------------------------------------------------
+  -- Fixed window (algorithm.applyFixedWindow). State: { T, Cur }.
+
+  local function fixedWindow(r, p, cost, s)
+    local w = windowStart(p)
+    local e = w + p - now
+    local cur = 0
+    if s.T == w then cur = s.Cur end
+    local reset = 0
+    if cur > 0 then reset = e end
+    local remaining = max(0, r - cur)
+    if cost < 0 then
+      cur = max(0, cur + cost)
+    elseif r == 0 or cost > r then
+      return nil, 0, remaining, reset, p, r
+    elseif cost == 0 then
+      if cur + 1 <= r then return nil, 1, remaining, reset, 0, r end
+      return nil, 0, remaining, reset, e, r
+    elseif cur + cost > r then
+      return nil, 0, remaining, reset, e, r
+    else
+      cur = cur + cost
+    end
+    reset = 0
+    if cur > 0 then reset = e end
+    return { T = w, Cur = cur }, 1, max(0, r - cur), reset, 0, r
+  end
+
+  ------------------------------------------------------------------------
+  -- Sliding-window counter (algorithm.applySlidingWindowCounter).
+  -- State: { T, Cur, Prev }.
+
+  local function slidingEstimate(prev, cur, p, elapsed)
+    return ceil(prev * (p - elapsed) / p) + cur
+  end
+
+  local function slidingResetAfter(prev, cur, p, elapsed)
+    if cur > 0 then return 2 * p - elapsed end
+    if prev > 0 then return p - elapsed end
+    return 0
+  end
+
+  local function slidingCounter(r, p, cost, s)
+    local w = windowStart(p)
+    local elapsed = now - w
+    local prev, cur = 0, 0
+    if s.T == w then
+      prev, cur = s.Prev, s.Cur
+    elseif s.T == w - p then
+      prev = s.Cur
+    end
+    local e = slidingEstimate(prev, cur, p, elapsed)
+    local remaining, reset = max(0, r - e), slidingResetAfter(prev, cur, p, elapsed)
+    local n = max(cost, 1)
+    if cost < 0 then
+      if cost <= -(cur + prev) then
+        cur, prev = 0, 0
+      else
+        local taken = min(cur, -cost)
+        cur = cur - taken
+        prev = prev - (-cost - taken)
+      end
+    elseif r == 0 or cost > r then
+      return nil, 0, remaining, reset, p, r
+    elseif e + n > r then
+      local m = r - cur - n
+      if m >= 0 then
+        return nil, 0, remaining, reset, p - floor(m * p / prev) - elapsed, r
+      end
+      local into = p - floor((r - n) * p / cur)
+      return nil, 0, remaining, reset, p - elapsed + into, r
+    elseif cost == 0 then
+      return nil, 1, remaining, reset, 0, r
+    else
+      cur = cur + cost
+    end
+    return { T = w, Cur = cur, Prev = prev }, 1, max(0, r - slidingEstimate(prev, cur, p, elapsed)),
+      slidingResetAfter(prev, cur, p, elapsed), 0, r
+  end
+
+  ------------------------------------------------------------------------
+  -- Sliding-window log (algorithm.applySlidingWindowLog).
+  --
+  -- The stored log is a sorted set, one member per admitted unit, scored by
+  -- its time. Within a call the log is the stored live entries (score >
+  -- now - period) less the newest `cut` of them, plus `add` entries at now,
+  -- so a call reads O(log n) per hit however long the log is. In time order
+  -- it is: the stored entries at or before now (b of them), the added ones,
+  -- the stored ones after now (there are some only if a clock stepped back),
+  -- exactly where algorithm.insertTimes puts new entries.
+
+  -- logLoad returns the view of the stored log, or nil and an error message
+  -- when the key holds another type.
+  local function logLoad(key, p)
+    local lo = '(' .. int(now - p)
+    local live = redis.pcall('ZCOUNT', key, lo, '+inf')
+    if type(live) == 'table' then return nil, live.err end
+    local l = { key = key, live = live, dead = 0, upToNow = 0, cut = 0, add = 0, p = p }
+    if live > 0 then
+      l.dead = redis.call('ZCARD', key) - live
+      l.upToNow = redis.call('ZCOUNT', key, lo, int(now))
+    end
+    return l
+  end
+
+  local function logCount(l)
+    return l.live - l.cut + l.add
+  end
+
+  -- logStored returns the time of the i-th (0-based) live stored entry.
+  local function logStored(l, i)
+    local rank = l.dead + i
+    return tonumber(redis.call('ZRANGE', l.key, rank, rank, 'WITHSCORES')[2])
+  end
+
+  -- logEntry returns the time of the i-th (0-based) entry of the log.
+  local function logEntry(l, i)
+    local b = min(l.live - l.cut, l.upToNow)
+    if i < b then return logStored(l, i) end
+    if i < b + l.add then return now end
+    return logStored(l, i - l.add)
+  end
+
+  local function logResetAfter(l)
+    local n = logCount(l)
+    if n == 0 then return 0 end
+    return logEntry(l, n - 1) + l.p - now
+  end
+
+  -- logRemove drops the m newest entries: stored ones after now, then added
+  -- ones, then stored ones at or before now.
+  local function logRemove(l, m)
+    local after = max(0, (l.live - l.cut) - l.upToNow)
+    local r1 = min(m, after)
+    local r2 = min(m - r1, l.add)
+    l.add = l.add - r2
+    l.cut = l.cut + r1 + (m - r1 - r2)
+  end
+
+  -- slidingLog changes l in place when it admits a hit of cost other than 0.
+  local function slidingLog(r, p, cost, l)
+    local count = logCount(l)
+    local remaining, reset = max(0, r - count), logResetAfter(l)
+    local n = max(cost, 1)
+    if cost < 0 then
+      local m = count
+      if cost > -m then m = -cost end
+      logRemove(l, m)
+    elseif r == 0 or cost > r then
+      return nil, 0, remaining, reset, p, r
+    elseif count + n > r then
+      return nil, 0, remaining, reset, logEntry(l, count + n - r - 1) + p - now, r
+    elseif cost == 0 then
+      return nil, 1, remaining, reset, 0, r
+    else
+      l.add = l.add + cost
+    end
+    return l, 1, max(0, r - logCount(l)), logResetAfter(l), 0, r
+  end
+
+  -- logCopy returns an independent copy of a log view.
+  local function logCopy(l)
+    return { key = l.key, live = l.live, dead = l.dead, upToNow = l.upToNow, cut = l.cut, add = l.add, p = l.p }
+  end
+
+  local function logWrite(key, l)
+    local p = l.p
+    local expiry = 0
+    local n = logCount(l)
+    if n > 0 then expiry = logEntry(l, n - 1) + p end
+    if expiry <= now then
+      redis.call('DEL', key)
+      return
+    end
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now - p))
+    if l.cut > 0 then redis.call('ZREMRANGEBYRANK', key, -l.cut, -1) end
+    if l.add > 0 then
+      -- Members at one score are named t-<i> for i = 0, 1, ..., with i in an
+      -- order-preserving form (a length digit, then the digits), so the
+      -- newest entries of a score are its highest-ranked members and the
+      -- existing names are exactly 0 to count-1.
+      local at = int(now)
+      local i = redis.call('ZCOUNT', key, at, at)
+      local left = l.add
+      while left > 0 do
+        local args = {}
+        local chunk = min(left, 500)
+        for _ = 1, chunk do
+          local d = int(i)
+          args[#args + 1] = at
+          args[#args + 1] = at .. '-' .. string.char(47 + #d) .. d
+          i = i + 1
+        end
+        left = left - redis.call('ZADD', key, 'NX', unpack(args))
+      end
+    end
+    redis.call('PEXPIRE', key, int(ceil((expiry - now) / 1000) + slack))
+  end
+
+  return {
+    -- decide applies a hit of kind 2, 3 or 4.
+    decide = function(kind, r, p, cost, s)
+      if kind == 2 then return fixedWindow(r, p, cost, s) end
+      if kind == 3 then return slidingCounter(r, p, cost, s) end
+      return slidingLog(r, p, cost, s)
+    end,
+    logLoad = logLoad,
+    logWrite = logWrite,
+    logCopy = logCopy,
+  }
 end
 
-local function logWrite(key, l)
-  local p = l.p
-  local expiry = 0
-  local n = logCount(l)
-  if n > 0 then expiry = logEntry(l, n - 1) + p end
-  if expiry <= now then
-    redis.call('DEL', key)
-    return
-  end
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now - p))
-  if l.cut > 0 then redis.call('ZREMRANGEBYRANK', key, -l.cut, -1) end
-  if l.add > 0 then
-    -- Members at one score are named t-<i> for i = 0, 1, ..., with i in an
-    -- order-preserving form (a length digit, then the digits), so the
-    -- newest entries of a score are its highest-ranked members and the
-    -- existing names are exactly 0 to count-1.
-    local at = int(now)
-    local i = redis.call('ZCOUNT', key, at, at)
-    local left = l.add
-    while left > 0 do
-      local args = { 'ZADD', key, 'NX' }
-      local chunk = min(left, 500)
-      for _ = 1, chunk do
-        local d = int(i)
-        args[#args + 1] = at
-        args[#args + 1] = at .. '-' .. string.char(47 + #d) .. d
-        i = i + 1
-      end
-      left = left - redis.call(unpack(args))
-    end
-  end
-  redis.call('PEXPIRE', key, int(ttl(expiry)))
+-- load reads a counter, returning its state, or nil and the error when
+-- the key holds a value of another type.
+local function load(key, kind, p)
+  if kind == 4 then return others.logLoad(key, p) end
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' then return nil, v.err end
+  return parse(key, kind, v)
+end
+
+-- decide applies a hit to its counter's state s.
+local function decide(kind, r, burst, p, cost, s)
+  if kind == 1 then return tokenBucket(r, burst, p, cost, s) end
+  return others.decide(kind, r, p, cost, s)
 end
 
 -- write stores a changed counter. Numbers go to redis.call as text from
--- int (see the header).
+-- format('%d') (see the header).
 local function write(key, kind, p, s)
-  if kind == 4 then return logWrite(key, s) end
-  local expiry, value = 0, nil
+  if kind == 4 then return others.logWrite(key, s) end
+  local expiry, value = s, nil
   if kind == 1 then
-    if serverTime and s > now then
-      local e = ceil(s / 1000)
-      redis.call('SET', key, int(e * 1000 - s), 'PXAT', int(e))
-      return
-    end
-    expiry, value = s, int(s)
+    value = format('%d', s)
   elseif kind == 2 then
+    expiry = 0
     if s.Cur > 0 then expiry = s.T + p end
-    value = string.format('%d:%d', s.T, s.Cur)
+    value = format('%d:%d', s.T, s.Cur)
   else
+    expiry = 0
     if s.Cur > 0 then
       expiry = s.T + 2 * p
     elseif s.Prev > 0 then
       expiry = s.T + p
     end
-    value = string.format('%d:%d:%d', s.T, s.Cur, s.Prev)
+    value = format('%d:%d:%d', s.T, s.Cur, s.Prev)
   end
   if expiry <= now then
     redis.call('DEL', key)
   else
-    redis.call('SET', key, value, 'PX', int(ttl(expiry)))
+    redis.call('SET', key, value, 'PX', format('%d', ceil((expiry - now) / 1000) + slack))
   end
 end
 
 ------------------------------------------------------------------------
 -- The groups.
 
--- HIT is the struct format of one hit of ARGV[3], HIT_SIZE its length.
-local HIT, HIT_SIZE = '<i8i8i8i8i8i8', 48
-
-local keys, packed = KEYS, ARGV[3]
-
--- load reads a counter, returning its state, or nil and the error when
--- the key holds a value of another type.
-local function load(key, kind, p)
-  if kind == 4 then return logLoad(key, p) end
-  local v = redis.pcall('GET', key)
-  if type(v) == 'table' then return nil, v.err end
-  return parse(key, kind, v)
+-- applyOne is apply for the commonest call at ordinary load: one group of
+-- one hit. It takes the same steps, without the tables that tie hits,
+-- groups and writes together.
+local function applyOne(key, packed)
+  local kind, r, burst, p, cost, soft = sunpack(HIT, packed, 9)
+  local out = { now, '' }
+  local s, allowed, remaining, reset, retry, limit = nil, 0, 0, 0, 0, 0
+  if p <= 0 or r < 0 or kind < 1 or kind > 4 or (kind == 4 and r > MAX_LOG_REQUESTS) then
+    -- algorithm.Apply: an invalid limit rejects with a zero verdict.
+    out[2] = spack(RESULT1, 0, 0, 0, 0, 0)
+    return out
+  end
+  if kind ~= 1 and not others then others = buildOthers() end
+  local e
+  s, e = load(key, kind, p)
+  if s == nil then
+    out[3], out[4] = 1, e
+    out[2] = spack(RESULT1, 0, 0, 0, 0, 0)
+    return out
+  end
+  s, allowed, remaining, reset, retry, limit = decide(kind, r, burst, p, cost, s)
+  if allowed == 1 and cost ~= 0 and s then
+    write(key, kind, p, s)
+  end
+  out[2] = spack(RESULT1, allowed, remaining, reset, retry, limit)
+  return out
 end
 
-local function decide(kind, r, burst, p, cost, s)
-  if kind == 1 then return tokenBucket(r, burst, p, cost, s) end
-  if kind == 2 then return fixedWindow(r, p, cost, s) end
-  if kind == 3 then return slidingCounter(r, p, cost, s) end
-  return slidingLog(r, p, cost, s)
-end
-
--- Decide the groups in order. Group g starts at hit first + 1 and at byte
--- pos of ARGV[3]; res receives 5 results per hit, out (the reply) the
--- number and error message of each failed group.
+-- apply decides the groups of argv[3] in order, as the header describes,
+-- and returns the reply.
+--
+-- Group g starts at hit first + 1 and at byte pos of argv[3]; res receives
+-- 5 results per hit, out (the reply) the number and error message of each
+-- failed group.
 --
 -- state[key] is a counter as the groups so far left it, read on first use.
 -- A changed counter joins written once, when its group commits, and
--- dirty[key] is where in ARGV[3] a hit on it starts, for its kind and
+-- dirty[key] is where in argv[3] a hit on it starts, for its kind and
 -- period (both part of the key). A group of one hit commits whatever it
 -- changed: a hit that changes its counter is admitted. A larger group
 -- saves in undo (key, state, hit position, in turn) each counter its hits
 -- use, when seen[key] first marks it with g, and sets changed[key] = g
 -- when a hit changes it; a rejection or failure restores the counters.
 -- (These three tables are made for the first such group.)
-local out, res = { now, '' }, {}
-local state, dirty, written = {}, {}, {}
-local seen, changed, undo
-local o, g, first, pos = 0, 0, 0, 1
-while pos <= #packed do
-  local n
-  n, pos = sunpack('<i8', packed, pos)
-  g = g + 1
-  local single, start, last, o0, u = n == 1, pos, first + n, o, 0
-  local rejected, err = false, nil
-  if not single and not seen then seen, changed, undo = {}, {}, {} end
-  for i = first + 1, last do
-    local kind, r, burst, p, cost, soft
-    local at = pos
-    kind, r, burst, p, cost, soft, pos = sunpack(HIT, packed, pos)
-    local key = keys[i]
-    local allowed, remaining, reset, retry, limit = 0, 0, 0, 0, 0
-    if p <= 0 or r < 0 or kind < 1 or kind > 4 or (kind == 4 and r > MAX_LOG_REQUESTS) then
-      -- algorithm.Apply: an invalid limit rejects with a zero verdict.
-      if soft == 0 then rejected = true end
-    else
-      local s, e = state[key], nil
-      if s == nil then
-        s, e = load(key, kind, p)
-        state[key] = s
-      end
-      if s == nil then
-        err = e
+local function apply(keys, argv)
+  if not floor then
+    floor, ceil, min, max, fmod = math.floor, math.ceil, math.min, math.max, math.fmod
+    format, sunpack, spack = string.format, struct.unpack, struct.pack
+  end
+  now = tonumber(argv[1])
+  if not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  slack = tonumber(argv[2]) or 0
+  local packed = argv[3]
+  if #packed == 8 + HIT_SIZE then
+    return applyOne(keys[1], packed)
+  end
+  local out, res = { now, '' }, {}
+  local state, dirty, written = {}, {}, {}
+  local seen, changed, undo
+  local o, g, first, pos = 0, 0, 0, 1
+  while pos <= #packed do
+    local n
+    n, pos = sunpack('<i8', packed, pos)
+    g = g + 1
+    local single, start, last, o0, u = n == 1, pos, first + n, o, 0
+    local rejected, err = false, nil
+    if not single and not seen then seen, changed, undo = {}, {}, {} end
+    for i = first + 1, last do
+      local kind, r, burst, p, cost, soft
+      local at = pos
+      kind, r, burst, p, cost, soft, pos = sunpack(HIT, packed, pos)
+      local key = keys[i]
+      local allowed, remaining, reset, retry, limit = 0, 0, 0, 0, 0
+      if p <= 0 or r < 0 or kind < 1 or kind > 4 or (kind == 4 and r > MAX_LOG_REQUESTS) then
+        -- algorithm.Apply: an invalid limit rejects with a zero verdict.
+        if soft == 0 then rejected = true end
       else
-        if not single and seen[key] ~= g then
-          seen[key] = g
-          undo[u + 1], undo[u + 2], undo[u + 3] = key, s, at
-          u = u + 3
-          if kind == 4 then
-            s = logCopy(s)
-            state[key] = s
-          end
+        if kind ~= 1 and not others then others = buildOthers() end
+        local s, e = state[key], nil
+        if s == nil then
+          s, e = load(key, kind, p)
+          state[key] = s
         end
-        s, allowed, remaining, reset, retry, limit = decide(kind, r, burst, p, cost, s)
-        if allowed == 1 then
-          if cost ~= 0 and s then
-            state[key] = s
-            if not single then
-              changed[key] = g
-            elseif not dirty[key] then
-              dirty[key] = at
-              written[#written + 1] = key
+        if s == nil then
+          err = e
+        else
+          if not single and seen[key] ~= g then
+            seen[key] = g
+            undo[u + 1], undo[u + 2], undo[u + 3] = key, s, at
+            u = u + 3
+            if kind == 4 then
+              s = others.logCopy(s)
+              state[key] = s
             end
           end
-        elseif soft == 0 then
-          rejected = true
+          s, allowed, remaining, reset, retry, limit = decide(kind, r, burst, p, cost, s)
+          if allowed == 1 then
+            if cost ~= 0 and s then
+              state[key] = s
+              if not single then
+                changed[key] = g
+              elseif not dirty[key] then
+                dirty[key] = at
+                written[#written + 1] = key
+              end
+            end
+          elseif soft == 0 then
+            rejected = true
+          end
+        end
+      end
+      res[o + 1], res[o + 2], res[o + 3], res[o + 4], res[o + 5] = allowed, remaining, reset, retry, limit
+      o = o + 5
+    end
+
+    if err or rejected then
+      for x = 1, u, 3 do
+        state[undo[x]] = undo[x + 1]
+      end
+    else
+      for x = 1, u, 3 do
+        local key = undo[x]
+        if changed[key] == g and not dirty[key] then
+          dirty[key] = undo[x + 2]
+          written[#written + 1] = key
         end
       end
     end
-    res[o + 1], res[o + 2], res[o + 3], res[o + 4], res[o + 5] = allowed, remaining, reset, retry, limit
-    o = o + 5
+    if err then
+      out[#out + 1], out[#out + 2] = g, err
+    elseif rejected then
+      -- Nothing is charged: each admitted hit reports its counter as it was.
+      for i = first + 1, last do
+        local x = o0 + (i - first - 1) * 5
+        if res[x + 1] == 1 then
+          local kind, r, burst, p = sunpack(HIT, packed, start + (i - first - 1) * HIT_SIZE)
+          -- A check (cost 0) changes no state, not even a log view.
+          local _, _, remaining, reset, _, limit = decide(kind, r, burst, p, 0, state[keys[i]])
+          res[x + 2], res[x + 3], res[x + 4], res[x + 5] = remaining, reset, 0, limit
+        end
+      end
+    end
+    first = last
   end
 
-  if err or rejected then
-    for x = 1, u, 3 do
-      state[undo[x]] = undo[x + 1]
-    end
+  -- Write each changed counter once; the order is deterministic, and so are
+  -- the commands replicated.
+  for x = 1, #written do
+    local key = written[x]
+    local kind, _, _, p = sunpack(HIT, packed, dirty[key])
+    write(key, kind, p, state[key])
+  end
+
+  -- Pack the results, at most 1000 at a time: unpack is bounded by Lua's
+  -- stack, so by a few thousand values.
+  if o == 5 then
+    out[2] = spack(RESULT1, res[1], res[2], res[3], res[4], res[5])
+  elseif o <= 1000 then
+    out[2] = spack('<' .. string.rep('i8', o), unpack(res, 1, o))
   else
-    for x = 1, u, 3 do
-      local key = undo[x]
-      if changed[key] == g and not dirty[key] then
-        dirty[key] = undo[x + 2]
-        written[#written + 1] = key
-      end
+    local chunks = {}
+    for x = 1, o, 1000 do
+      local y = min(x + 999, o)
+      chunks[#chunks + 1] = spack('<' .. string.rep('i8', y - x + 1), unpack(res, x, y))
     end
+    out[2] = table.concat(chunks)
   end
-  if err then
-    out[#out + 1], out[#out + 2] = g, err
-  elseif rejected then
-    -- Nothing is charged: each admitted hit reports its counter as it was.
-    for i = first + 1, last do
-      local x = o0 + (i - first - 1) * 5
-      if res[x + 1] == 1 then
-        local kind, r, burst, p = sunpack(HIT, packed, start + (i - first - 1) * HIT_SIZE)
-        -- A check (cost 0) changes no state, not even a log view.
-        local _, _, remaining, reset, _, limit = decide(kind, r, burst, p, 0, state[keys[i]])
-        res[x + 2], res[x + 3], res[x + 4], res[x + 5] = remaining, reset, 0, limit
-      end
-    end
-  end
-  first = last
+  return out
 end
-
--- Write each changed counter once; the order is deterministic, and so are
--- the commands replicated.
-for x = 1, #written do
-  local key = written[x]
-  local kind, _, _, p = sunpack(HIT, packed, dirty[key])
-  write(key, kind, p, state[key])
-end
-
--- pack packs results x to y; unpack is bounded by Lua's stack, so by a
--- few thousand values.
-local function pack(x, y)
-  return struct.pack('<' .. string.rep('i8', y - x + 1), unpack(res, x, y))
-end
-
-if o <= 1000 then
-  out[2] = pack(1, o)
-else
-  local chunks = {}
-  for x = 1, o, 1000 do chunks[#chunks + 1] = pack(x, min(x + 999, o)) end
-  out[2] = table.concat(chunks)
-end
-return out

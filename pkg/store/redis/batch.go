@@ -11,21 +11,21 @@ import (
 )
 
 // senders is the number of batches in flight at once. While all are out,
-// calls queue and leave together in the next one.
+// groups queue and leave together in the next one.
 const senders = 4
 
-// batcher collects the calls (slot groups) of concurrent Applies and sends
-// each batch in one round trip, the calls of one slot merged into one
+// batcher collects the slot groups of concurrent Applies and sends
+// each batch in one round trip, the groups of one slot merged into one
 // script call (see Store.send): a collector goroutine forms batches and
 // hands each to one of the sender goroutines.
 //
 // An Apply that finds nothing in flight and nothing queued sends its own
-// calls from its own goroutine, as if batching were off, so an idle store
+// groups from its own goroutine, as if batching were off, so an idle store
 // adds no hand-offs to the round trip. (Only with a client that honours
 // context deadlines: otherwise the caller could not leave when its context
 // ends.) Calls that arrive meanwhile queue; the collector waits up to
 // window for more while batches are in flight (or until max), and when
-// every sender is busy the calls wait in the queue and join the next batch.
+// every sender is busy the groups wait in the queue and join the next batch.
 type batcher struct {
 	s      *Store
 	window time.Duration
@@ -33,11 +33,11 @@ type batcher struct {
 	// direct allows the idle fast path.
 	direct bool
 
-	queue    chan *call   // closed by close
-	batches  chan []*call // closed by the collector once queue is drained
-	inflight atomic.Int32 // batches being sent
-	forming  atomic.Bool  // the collector holds calls
-	free     sync.Pool    // *[]*call
+	queue    chan *group   // closed by close
+	batches  chan []*group // closed by the collector once queue is drained
+	inflight atomic.Int32  // batches being sent
+	forming  atomic.Bool   // the collector holds groups
+	free     sync.Pool     // *[]*group
 }
 
 func newBatcher(s *Store, window time.Duration, maxBatch int, direct bool) *batcher {
@@ -46,11 +46,11 @@ func newBatcher(s *Store, window time.Duration, maxBatch int, direct bool) *batc
 		window:  window,
 		max:     maxBatch,
 		direct:  direct,
-		queue:   make(chan *call, 4*maxBatch),
-		batches: make(chan []*call),
+		queue:   make(chan *group, 4*maxBatch),
+		batches: make(chan []*group),
 	}
 	b.free.New = func() any {
-		batch := make([]*call, 0, maxBatch)
+		batch := make([]*group, 0, maxBatch)
 		return &batch
 	}
 	return b
@@ -69,9 +69,9 @@ func (b *batcher) start(wg *sync.WaitGroup) {
 // made sure no Apply enqueues any more.
 func (b *batcher) close() { close(b.queue) }
 
-// enqueue hands calls to the collector, giving up when ctx ends, or runs
+// enqueue hands groups to the collector, giving up when ctx ends, or runs
 // them at once when the store is idle. It reports whether it ran them.
-func (b *batcher) enqueue(ctx context.Context, calls []*call) (ran bool, err error) {
+func (b *batcher) enqueue(ctx context.Context, groups []*group) (ran bool, err error) {
 	s := b.s
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -80,14 +80,14 @@ func (b *batcher) enqueue(ctx context.Context, calls []*call) (ran bool, err err
 		return false, errClosed
 	}
 	if b.direct && len(b.queue) == 0 && !b.forming.Load() && b.inflight.CompareAndSwap(0, 1) {
-		s.run(ctx, calls)
+		s.run(ctx, groups)
 		b.inflight.Add(-1)
 		return true, nil
 	}
-	for _, c := range calls {
-		c.ctx = ctx
+	for _, g := range groups {
+		g.ctx = ctx
 		select {
-		case b.queue <- c:
+		case b.queue <- g:
 		case <-ctx.Done():
 			s.metrics.failed(ctx, s.metrics.contextError)
 			return false, fmt.Errorf("%w: %w", store.ErrUnavailable, ctx.Err())
@@ -107,19 +107,19 @@ func (b *batcher) collect() {
 			return
 		}
 		b.forming.Store(true)
-		batch := append((*b.free.Get().(*[]*call))[:0], first)
+		batch := append((*b.free.Get().(*[]*group))[:0], first)
 		batch, open := b.drain(batch)
 		if open && b.window > 0 && len(batch) < b.max && b.inflight.Load() > 0 {
 			timer.Reset(b.window)
 		wait:
 			for len(batch) < b.max {
 				select {
-				case c, ok := <-b.queue:
+				case g, ok := <-b.queue:
 					if !ok {
 						open = false
 						break wait
 					}
-					batch = append(batch, c)
+					batch = append(batch, g)
 					if batch, open = b.drain(batch); !open {
 						break wait
 					}
@@ -137,16 +137,16 @@ func (b *batcher) collect() {
 	}
 }
 
-// drain appends the calls already queued, up to max, and reports whether
+// drain appends the groups already queued, up to max, and reports whether
 // the queue is still open.
-func (b *batcher) drain(batch []*call) ([]*call, bool) {
+func (b *batcher) drain(batch []*group) ([]*group, bool) {
 	for len(batch) < b.max {
 		select {
-		case c, ok := <-b.queue:
+		case g, ok := <-b.queue:
 			if !ok {
 				return batch, false
 			}
-			batch = append(batch, c)
+			batch = append(batch, g)
 		default:
 			return batch, true
 		}
@@ -166,20 +166,20 @@ func (b *batcher) send() {
 	}
 }
 
-// sendBatch runs the calls of a batch whose callers still wait, with the
+// sendBatch runs the groups of a batch whose callers still wait, with the
 // latest of their deadlines, and answers every call.
-func (b *batcher) sendBatch(batch []*call) {
+func (b *batcher) sendBatch(batch []*group) {
 	live := batch[:0] // filtered in place: the batch is not read again
 	var deadline time.Time
 	bounded := true
-	for _, c := range batch {
-		if err := c.ctx.Err(); err != nil {
-			c.err = err
-			c.done <- struct{}{}
+	for _, g := range batch {
+		if err := g.ctx.Err(); err != nil {
+			g.err = err
+			g.done <- struct{}{}
 			continue
 		}
-		live = append(live, c)
-		if d, ok := c.ctx.Deadline(); !ok {
+		live = append(live, g)
+		if d, ok := g.ctx.Deadline(); !ok {
 			bounded = false
 		} else if d.After(deadline) {
 			deadline = d
@@ -194,7 +194,7 @@ func (b *batcher) sendBatch(batch []*call) {
 	}
 	b.s.run(ctx, live)
 	cancel()
-	for _, c := range live {
-		c.done <- struct{}{}
+	for _, g := range live {
+		g.done <- struct{}{}
 	}
 }

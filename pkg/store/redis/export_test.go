@@ -12,6 +12,13 @@ import (
 // Options.Now is nil.
 var ApplyAt = (*Store).apply
 
+// ScriptsOnly returns o set to call the script with EVALSHA even where the
+// server has Redis Functions.
+func ScriptsOnly(o Options) Options {
+	o.scriptsOnly = true
+	return o
+}
+
 // ApplyTogether applies each batch as a single-slot Apply would, except
 // that it neither refunds nor reports errors as Apply does, and sends all
 // of them in one round trip, as the batcher sends concurrent Applies: the
@@ -19,7 +26,7 @@ var ApplyAt = (*Store).apply
 // the instant each batch was decided at and its error.
 func ApplyTogether(s *Store, ctx context.Context, batches [][]store.Hit, verdicts [][]algorithm.Verdict) ([]int64, []error) {
 	requests := make([]*request, len(batches))
-	var calls []*call
+	var groups []*group
 	for b, hits := range batches {
 		var now int64
 		if s.now != nil {
@@ -28,13 +35,13 @@ func ApplyTogether(s *Store, ctx context.Context, batches [][]store.Hit, verdict
 		r := new(request)
 		r.build(s, hits, now)
 		requests[b] = r
-		calls = append(calls, r.calls...)
+		groups = append(groups, r.groups...)
 	}
-	s.run(ctx, calls)
+	s.run(ctx, groups)
 	at, errs := make([]int64, len(batches)), make([]error, len(batches))
 	for b, r := range requests {
 		_, errs[b] = r.verdicts(batches[b], verdicts[b])
-		at[b] = r.calls[0].decidedAt
+		at[b] = r.groups[0].decidedAt
 	}
 	return at, errs
 }

@@ -46,7 +46,7 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 		metric.WithDescription("Batches the Redis store could not decide, by reason: redis (an error from Redis or the network), context (the caller's deadline or cancellation) or closed."),
 		metric.WithUnit("{error}"))
 	m.loads, errs[4] = meter.Int64Counter("tollgate_redis_script_loads",
-		metric.WithDescription("SCRIPT LOADs of the decision script, the first included; more mean Redis lost its script cache (NOSCRIPT)."),
+		metric.WithDescription("Loads of the decision script (SCRIPT LOAD, or FUNCTION LOAD where Redis has Functions), the first included; more mean Redis lost it (NOSCRIPT)."),
 		metric.WithUnit("{load}"))
 	m.refunds, errs[5] = meter.Int64Counter("tollgate_redis_refunds",
 		metric.WithDescription("Hits refunded because another slot group of their batch was rejected or failed."),

@@ -10,20 +10,32 @@
 // either every admitted hit's new state, with a TTL that ends when the
 // counter is empty again, or, when a hit that is not Soft is rejected,
 // nothing. One script call carries the groups of several Applies (see
-// Batching), each decided by itself. The script is loaded once, called
-// with EVALSHA, and loaded again on NOSCRIPT. Time comes from the Redis
-// server's TIME, read once per call, unless Options.Now is set.
+// Batching), each decided by itself. Time comes from the Redis server's
+// TIME, read once per call, unless Options.Now is set.
+//
+// # Servers
+//
+// The script uses only commands of Redis 6.2 (TestScriptCommands keeps it
+// so), the oldest server supported; Valkey qualifies from its first
+// release, 7.2. The store reads every server's version (INFO server, each
+// node of a Cluster) at start, before it loads the script, and again
+// after a network error (a reconnect may reach another server) and
+// whenever Redis has lost the script. Where every server has Redis
+// Functions (7.0 and up), the script is loaded as a function library and
+// called with FCALL, which spares the closures a script body makes on
+// every call; on 6.2 it is loaded with SCRIPT LOAD and called with
+// EVALSHA. Both come from one Lua source. A server older than 6.2 makes
+// every Apply fail with ErrUnsupportedVersion (logged once, and reported
+// by ServerError), and its version is read again every second.
 //
 // # State
 //
 // Each counter is one key (see Key for the names), with a TTL that ends
-// when the counter is empty again:
+// when the counter is empty again, or a little later: the TTL only governs
+// cleanup, and the state is read from the value alone:
 //
-//   - token bucket: a string holding one integer. On the server's clock the
-//     key expires at the theoretical arrival time (TAT) rounded up to a ms
-//     and holds the µs it was rounded by (0 to 999), a shared integer, so
-//     the key costs Redis no value object; with Options.Now set it holds
-//     the TAT in µs;
+//   - token bucket: a string holding one integer, the theoretical arrival
+//     time (TAT) in µs;
 //   - fixed window: the string "windowStart:count";
 //   - sliding-window counter: the string "windowStart:count:previousCount";
 //   - sliding-window log: a sorted set of one member per admitted unit,
@@ -66,7 +78,7 @@
 // them; the call reads each counter once and writes it once. So an idle
 // store adds no latency, and round trips and script calls per decision
 // fall as load rises: with 64 concurrent callers on 10 000 token buckets
-// (BenchmarkApplyKeys), about 20 Applies share each round trip and script
+// (BenchmarkApplyKeys), about 20 Applies share each round trip and call
 // call, and Redis spends about a third of the CPU time per decision that
 // one script call per Apply took.
 //
@@ -85,6 +97,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -111,10 +124,10 @@ type Options struct {
 	// Now set, every TTL gets a second of slack so a clock slightly behind
 	// the server's never loses a live counter.
 	Now func() time.Time
-	// BatchWindow is how long the batcher waits for more script calls while
+	// BatchWindow is how long the batcher waits for more slot groups while
 	// others are in flight: 0 means DefaultBatchWindow, a negative value
-	// disables batching (each Apply sends its own calls). A call waits at
-	// most the window, and only while other calls are in flight. Without
+	// disables batching (each Apply sends its own groups). A call waits at
+	// most the window, and only while other groups are in flight. Without
 	// batching, Apply leaves at its context's deadline only if the client
 	// honours deadlines (NewClient's clients do).
 	BatchWindow time.Duration
@@ -126,6 +139,10 @@ type Options struct {
 	// MeterProvider provides the tollgate_redis_* instruments; nil means a
 	// no-op provider.
 	MeterProvider metric.MeterProvider
+
+	// scriptsOnly makes the store call the script with EVALSHA even where
+	// the servers have Redis Functions; for tests of that path.
+	scriptsOnly bool
 }
 
 const (
@@ -141,6 +158,10 @@ const (
 const (
 	// clockSlack is the TTL slack, in ms, when Options.Now is set.
 	clockSlack = "1000"
+	// serverSlack is the TTL slack, in ms, on the server's clock: Redis
+	// checks expiry inside a script against its ms clock as the call
+	// started, which may be a tick behind the TIME the script reads.
+	serverSlack = "1"
 	// loadTimeout bounds the script load that New starts.
 	loadTimeout = 5 * time.Second
 	// inlineHits is the batch size whose key buffers are kept for reuse.
@@ -157,12 +178,19 @@ type Store struct {
 	prefix  string
 	now     func() time.Time
 	slack   any // ARGV[2], boxed once
-	log     *slog.Logger
-	metrics *metrics
-	batch   *batcher // nil when batching is disabled
+	// scriptsOnly is Options.scriptsOnly.
+	scriptsOnly bool
+	log         *slog.Logger
+	metrics     *metrics
+	batch       *batcher // nil when batching is disabled
 
-	loadMu  sync.Mutex
-	loading *scriptLoad
+	prepareMu sync.Mutex
+	preparing *preparing
+	// server is what the last check found of the servers, nil before it.
+	server atomic.Pointer[serverState]
+	// stale reports that the servers must be checked again before the next
+	// round trip.
+	stale atomic.Bool
 
 	requests sync.Pool // *request
 	sendings sync.Pool // *sending
@@ -180,14 +208,14 @@ var _ store.Store = (*Store)(nil)
 // Redis answers NOSCRIPT.
 func New(opts Options) (*Store, error) {
 	if opts.Client == nil {
-		return nil, errors.New("redis store: no client")
+		return nil, errors.New("no client")
 	}
 	prefix := opts.KeyPrefix
 	if prefix == "" {
 		prefix = DefaultKeyPrefix
 	}
 	if strings.ContainsAny(prefix, "{}") {
-		return nil, fmt.Errorf("redis store: key prefix %q holds a brace, which would change the keys' hash tag", prefix)
+		return nil, fmt.Errorf("key prefix %q holds a brace, which would change the keys' hash tag", prefix)
 	}
 	mp := opts.MeterProvider
 	if mp == nil {
@@ -195,7 +223,7 @@ func New(opts Options) (*Store, error) {
 	}
 	m, err := newMetrics(mp)
 	if err != nil {
-		return nil, fmt.Errorf("redis store: metrics: %w", err)
+		return nil, fmt.Errorf("creating metrics: %w", err)
 	}
 	logger := opts.Logger
 	if logger == nil {
@@ -203,13 +231,14 @@ func New(opts Options) (*Store, error) {
 	}
 	_, cluster := opts.Client.(*goredis.ClusterClient)
 	s := &Store{
-		client:  opts.Client,
-		cluster: cluster,
-		prefix:  prefix,
-		now:     opts.Now,
-		slack:   "0",
-		log:     logger.With("component", "redis"),
-		metrics: m,
+		client:      opts.Client,
+		cluster:     cluster,
+		prefix:      prefix,
+		now:         opts.Now,
+		slack:       serverSlack,
+		scriptsOnly: opts.scriptsOnly,
+		log:         logger.With("component", "redis"),
+		metrics:     m,
 	}
 	if opts.Now != nil {
 		s.slack = clockSlack
@@ -234,8 +263,8 @@ func New(opts Options) (*Store, error) {
 	s.wg.Go(func() {
 		ctx, cancel := context.WithTimeout(ctx, loadTimeout)
 		defer cancel()
-		if err := s.loadScript(ctx); err != nil && ctx.Err() == nil {
-			s.log.Warn("loading the decision script failed; retrying on first use", "error", err)
+		if err := s.prepare(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, ErrUnsupportedVersion) {
+			s.log.Warn("preparing the decision script failed; retrying on first use", "error", err)
 		}
 	})
 	return s, nil
@@ -244,11 +273,11 @@ func New(opts Options) (*Store, error) {
 // honoursDeadlines reports whether client bounds its network waits by a
 // context's deadline.
 func honoursDeadlines(client goredis.UniversalClient) bool {
-	switch c := client.(type) {
+	switch cl := client.(type) {
 	case *goredis.Client:
-		return c.Options().ContextTimeoutEnabled
+		return cl.Options().ContextTimeoutEnabled
 	case *goredis.ClusterClient:
-		return c.Options().ContextTimeoutEnabled
+		return cl.Options().ContextTimeoutEnabled
 	}
 	return false
 }
@@ -294,13 +323,13 @@ func (s *Store) apply(ctx context.Context, hits []store.Hit, verdicts []algorith
 	}
 	r := s.requests.Get().(*request)
 	r.build(s, hits, now)
-	if err := s.exec(ctx, r.calls); err != nil {
+	if err := s.exec(ctx, r.groups); err != nil {
 		// Calls may still be in flight: r is not reused.
 		return 0, err
 	}
-	decidedAt = r.calls[0].decidedAt
+	decidedAt = r.groups[0].decidedAt
 	rejected, failed := r.verdicts(hits, verdicts)
-	if (rejected || failed != nil) && len(r.calls) > 1 {
+	if (rejected || failed != nil) && len(r.groups) > 1 {
 		if err := s.refund(ctx, r, hits, verdicts, now); err != nil {
 			if failed == nil {
 				return 0, err
@@ -316,25 +345,28 @@ func (s *Store) apply(ctx context.Context, hits []store.Hit, verdicts []algorith
 			// plain i/o timeout; say which deadline it was.
 			failed = fmt.Errorf("%w: %w", context.DeadlineExceeded, failed)
 		}
-		return 0, fmt.Errorf("%w: redis: %w", store.ErrUnavailable, failed)
+		if errors.Is(failed, store.ErrUnavailable) {
+			return 0, failed
+		}
+		return 0, fmt.Errorf("%w: deciding in redis: %w", store.ErrUnavailable, failed)
 	}
 	return decidedAt, nil
 }
 
-// verdicts fills verdicts from the results of r's calls, reporting whether
+// verdicts fills verdicts from the results of r's groups, reporting whether
 // a hit that is not Soft was rejected and the error of a call that failed.
 func (r *request) verdicts(hits []store.Hit, verdicts []algorithm.Verdict) (rejected bool, failed error) {
-	for _, c := range r.calls {
-		if c.err != nil {
-			failed = c.err
+	for _, g := range r.groups {
+		if g.err != nil {
+			failed = g.err
 			continue
 		}
-		for k, i := range c.hits {
-			v := verdict(c.res[5*k:])
+		for k, i := range g.hits {
+			v := verdict(g.res[5*k:])
 			verdicts[i] = v
 			if !v.Allowed && !hits[i].Soft {
 				rejected = true
-				c.rejected = true
+				g.rejected = true
 			}
 		}
 	}
@@ -345,62 +377,62 @@ func (r *request) verdicts(hits []store.Hit, verdicts []algorithm.Verdict) (reje
 // hit with a positive cost of a group that rejected nothing and did not
 // fail. Each such hit then reports its counter after the refund.
 func (s *Store) refund(ctx context.Context, r *request, hits []store.Hit, verdicts []algorithm.Verdict, now int64) error {
-	var refunds []*call
-	for _, c := range r.calls {
-		if c.err != nil || c.rejected {
+	var refunds []*group
+	for _, g := range r.groups {
+		if g.err != nil || g.rejected {
 			continue
 		}
-		var rc *call
-		for k, i := range c.hits {
+		var rg *group
+		for k, i := range g.hits {
 			if !verdicts[i].Allowed || hits[i].Cost <= 0 {
 				continue
 			}
-			if rc == nil {
-				rc = r.newCall(now, c.slot)
-				refunds = append(refunds, rc)
+			if rg == nil {
+				rg = r.newGroup(now, g.slot)
+				refunds = append(refunds, rg)
 			}
-			rc.add(&hits[i], c.keys[k], i, -hits[i].Cost, true)
+			rg.add(&hits[i], g.keys[k], i, -hits[i].Cost, true)
 		}
-		if rc == nil {
+		if rg == nil {
 			continue
 		}
 		// A check of each refunded hit after all the refunds, so that a
 		// counter hit twice reports its state after both. The checks are
 		// soft: one that fails must not roll the refunds back.
-		n := len(rc.hits)
+		n := len(rg.hits)
 		for k := range n {
-			i := rc.hits[k]
-			rc.add(&hits[i], rc.keys[k], i, 0, true)
+			i := rg.hits[k]
+			rg.add(&hits[i], rg.keys[k], i, 0, true)
 		}
 	}
 	if len(refunds) == 0 {
 		return nil
 	}
 	n := 0
-	for _, rc := range refunds {
-		n += len(rc.hits) / 2
+	for _, rg := range refunds {
+		n += len(rg.hits) / 2
 	}
 	s.metrics.refunds.Add(ctx, int64(n))
 	if err := s.exec(ctx, refunds); err != nil {
 		return err
 	}
-	for _, rc := range refunds {
-		if rc.err != nil {
+	for _, rg := range refunds {
+		if rg.err != nil {
 			s.metrics.failed(ctx, s.metrics.redisError)
-			return fmt.Errorf("%w: redis: refunding: %w", store.ErrUnavailable, rc.err)
+			return fmt.Errorf("%w: refunding in redis: %w", store.ErrUnavailable, rg.err)
 		}
-		half := len(rc.hits) / 2
-		for k := half; k < len(rc.hits); k++ {
-			v := verdict(rc.res[5*k:])
-			verdicts[rc.hits[k]] = algorithm.Verdict{Allowed: true, Limit: v.Limit, Remaining: v.Remaining, ResetAfter: v.ResetAfter}
+		half := len(rg.hits) / 2
+		for k := half; k < len(rg.hits); k++ {
+			v := verdict(rg.res[5*k:])
+			verdicts[rg.hits[k]] = algorithm.Verdict{Allowed: true, Limit: v.Limit, Remaining: v.Remaining, ResetAfter: v.ResetAfter}
 		}
 	}
 	return nil
 }
 
-// exec runs calls, through the batcher or directly, and waits for all of
-// them or for ctx to end. Errors of single calls are left in their err.
-func (s *Store) exec(ctx context.Context, calls []*call) error {
+// exec runs groups, through the batcher or directly, and waits for all of
+// them or for ctx to end. Errors of single groups are left in their err.
+func (s *Store) exec(ctx context.Context, groups []*group) error {
 	if s.batch == nil {
 		s.mu.RLock()
 		closed := s.closed
@@ -409,19 +441,19 @@ func (s *Store) exec(ctx context.Context, calls []*call) error {
 			s.metrics.failed(ctx, s.metrics.closedError)
 			return errClosed
 		}
-		s.run(ctx, calls)
+		s.run(ctx, groups)
 		return s.ctxErr(ctx)
 	}
-	ran, err := s.batch.enqueue(ctx, calls)
+	ran, err := s.batch.enqueue(ctx, groups)
 	if err != nil {
 		return err
 	}
 	if ran {
 		return s.ctxErr(ctx)
 	}
-	for _, c := range calls {
+	for _, g := range groups {
 		select {
-		case <-c.done:
+		case <-g.done:
 		case <-ctx.Done():
 			s.metrics.failed(ctx, s.metrics.contextError)
 			return fmt.Errorf("%w: %w", store.ErrUnavailable, ctx.Err())
@@ -439,20 +471,9 @@ func (s *Store) ctxErr(ctx context.Context) error {
 	return nil
 }
 
-// verdict decodes the script's five integers for one hit.
-func verdict(res []int64) algorithm.Verdict {
-	return algorithm.Verdict{
-		Allowed:    res[0] == 1,
-		Remaining:  res[1],
-		ResetAfter: time.Duration(res[2]) * time.Microsecond,
-		RetryAfter: time.Duration(res[3]) * time.Microsecond,
-		Limit:      res[4],
-	}
-}
-
-// call is one slot group of an Apply: the hits of its batch in one slot.
-// A script call carries one or more calls, each as a group (see send).
-type call struct {
+// group is one slot group of an Apply: the hits of its batch in one slot.
+// A script call (type call) carries one or more groups (see send).
+type group struct {
 	ctx  context.Context // the caller's, set when queued
 	slot int             // the keys' slot on a Cluster, else 0
 	now  int64           // the Apply's instant in µs, on a client's clock
@@ -471,74 +492,60 @@ type call struct {
 	done     chan struct{} // receives once the call has run
 }
 
-// add appends hit i of the batch, h, with the given cost.
-func (c *call) add(h *store.Hit, key string, i int, cost int64, soft bool) {
-	c.keys = append(c.keys, key)
-	c.hits = append(c.hits, i)
-	s := int64(0)
-	if soft {
-		s = 1
-	}
-	binary.LittleEndian.PutUint64(c.args, uint64(len(c.keys)))
-	for _, x := range [...]int64{int64(h.Limit.Kind), h.Limit.Requests, h.Limit.Burst, h.Limit.Period, cost, s} {
-		c.args = binary.LittleEndian.AppendUint64(c.args, uint64(x))
-	}
-}
-
-// request holds the calls of one Apply; it is reused through a pool.
+// request holds the groups of one Apply; it is reused through a pool.
 type request struct {
-	calls []*call
-	spare []*call // calls of earlier uses, to reuse
-	buf   []byte  // key scratch
+	groups []*group
+	spare  []*group // groups of earlier uses, to reuse
+	buf    []byte   // key scratch
 }
 
-// newCall returns an empty call from r's spares.
-func (r *request) newCall(now int64, slot int) *call {
-	var c *call
-	if n := len(r.calls); n < len(r.spare) {
-		c = r.spare[n]
+// newGroup returns an empty group from r's spares.
+func (r *request) newGroup(now int64, slot int) *group {
+	var g *group
+	if n := len(r.groups); n < len(r.spare) {
+		g = r.spare[n]
 	} else {
-		c = &call{done: make(chan struct{}, 1)}
-		r.spare = append(r.spare, c)
+		g = &group{done: make(chan struct{}, 1)}
+		r.spare = append(r.spare, g)
 	}
-	c.ctx, c.slot, c.now = nil, slot, now
-	c.keys, c.hits, c.res = c.keys[:0], c.hits[:0], c.res[:0]
-	c.args = binary.LittleEndian.AppendUint64(c.args[:0], 0) // the hit count, set by add
-	c.err, c.rejected = nil, false
-	r.calls = append(r.calls, c)
-	return c
+	g.ctx, g.slot, g.now = nil, slot, now
+	g.keys, g.hits, g.res = g.keys[:0], g.hits[:0], g.res[:0]
+	g.args = binary.LittleEndian.AppendUint64(g.args[:0], 0) // the hit count, set by add
+	g.err, g.rejected = nil, false
+	r.groups = append(r.groups, g)
+	return g
 }
 
-// build fills r with the calls of a batch: one per slot against a Cluster,
+// build fills r with the groups of a batch: one per slot against a Cluster,
 // one in all otherwise.
 func (r *request) build(s *Store, hits []store.Hit, now int64) {
-	r.calls = r.calls[:0]
+	r.groups = r.groups[:0]
 	var slotBuf [inlineHits]int
-	callSlots := slotBuf[:0]
+	groupSlots := slotBuf[:0]
 	for i := range hits {
 		h := &hits[i]
 		b, start, end := appendKey(append(r.buf[:0], s.prefix...), h)
 		r.buf = b
 		key := string(b)
-		var c *call
+		var g *group
 		if !s.cluster {
-			if len(r.calls) == 0 {
-				r.newCall(now, 0)
+			if len(r.groups) == 0 {
+				r.newGroup(now, 0)
 			}
-			c = r.calls[0]
+			g = r.groups[0]
 		} else {
 			slot := int(crc16(b[start:end]) % slots)
-			for j, cs := range callSlots {
+			for j, cs := range groupSlots {
 				if cs == slot {
-					c = r.calls[j]
+					g = r.groups[j]
 					break
 				}
 			}
-			if c == nil {
-				c = r.newCall(now, slot)
-				callSlots = append(callSlots, slot)
+			if g == nil {
+				g = r.newGroup(now, slot)
+				groupSlots = append(groupSlots, slot)
 			}
 		}
-		c.add(h, key, i, h.Cost, h.Soft)
+		g.add(h, key, i, h.Cost, h.Soft)
 	}
 }

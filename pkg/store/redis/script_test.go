@@ -1,0 +1,77 @@
+package redis
+
+import (
+	"regexp"
+	"slices"
+	"testing"
+)
+
+// scriptCommands lists every Redis command the decision script may call,
+// with the Redis version that introduced it and each option the script
+// uses. All must be in Redis 6.2, the oldest server the store supports
+// (Valkey forked from Redis 7.2.4, so it has them all).
+var scriptCommands = map[string]string{
+	"DEL":              "1.0.0",
+	"GET":              "1.0.0",
+	"SET":              "1.0.0; PX 2.6.12",
+	"TIME":             "2.6.0",
+	"PTTL":             "2.6.0",
+	"PEXPIRE":          "2.6.0",
+	"ZCARD":            "1.2.0",
+	"ZRANGE":           "1.2.0; WITHSCORES 1.2.0",
+	"ZREMRANGEBYSCORE": "1.2.0",
+	"ZCOUNT":           "2.0.0",
+	"ZREMRANGEBYRANK":  "2.0.0",
+	"ZADD":             "1.2.0; NX 3.0.2",
+}
+
+// redisCall matches a redis.call or redis.pcall and its first argument.
+var redisCall = regexp.MustCompile(`redis\.p?call\(\s*([^,)]*)`)
+
+// scriptCommandsIn returns the commands source calls, and every call whose
+// command is not a string literal.
+func scriptCommandsIn(source string) (commands, dynamic []string) {
+	literal := regexp.MustCompile(`^'([A-Z]+)'$`)
+	for _, m := range redisCall.FindAllStringSubmatch(source, -1) {
+		if c := literal.FindStringSubmatch(m[1]); c != nil {
+			commands = append(commands, c[1])
+		} else {
+			dynamic = append(dynamic, m[0])
+		}
+	}
+	return commands, dynamic
+}
+
+// TestScriptCommands checks that the script, in both of the forms it is
+// sent in, calls only commands of Redis 6.2, each named literally.
+func TestScriptCommands(t *testing.T) {
+	for name, source := range map[string]string{"script": applyScript, "function library": applyLibrary} {
+		commands, dynamic := scriptCommandsIn(source)
+		if len(dynamic) > 0 {
+			t.Errorf("%s: calls %q: name each command literally, so this test can check it", name, dynamic)
+		}
+		if len(commands) == 0 {
+			t.Fatalf("%s: found no command", name)
+		}
+		for _, c := range commands {
+			if _, ok := scriptCommands[c]; !ok {
+				t.Errorf("%s calls %s, which is not in the commands of Redis 6.2 it may use", name, c)
+			}
+		}
+	}
+}
+
+// TestScriptCommandsFindsNewer checks that the extraction finds what
+// TestScriptCommands must reject.
+func TestScriptCommandsFindsNewer(t *testing.T) {
+	commands, dynamic := scriptCommandsIn("local e = redis.call('PEXPIRETIME', key)\nredis.pcall( 'GET', k)\nredis.call(unpack(args))")
+	if want := []string{"PEXPIRETIME", "GET"}; !slices.Equal(commands, want) {
+		t.Errorf("commands = %q, want %q", commands, want)
+	}
+	if want := []string{"redis.call(unpack(args"}; !slices.Equal(dynamic, want) {
+		t.Errorf("dynamic calls = %q, want %q", dynamic, want)
+	}
+	if _, ok := scriptCommands["PEXPIRETIME"]; ok {
+		t.Error("PEXPIRETIME (Redis 7.0) is allowed")
+	}
+}
