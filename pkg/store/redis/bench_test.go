@@ -110,11 +110,10 @@ func BenchmarkApplyKeys(b *testing.B) {
 
 // measuring holds the counters a benchmark reports per decision.
 type measuring struct {
-	client                 goredis.UniversalClient
-	sum                    func(string) int64
-	trips, calls           int64
-	cpu, scriptCPU         float64
-	scriptCalls, decisions int64
+	client         goredis.UniversalClient
+	sum            func(string) int64
+	trips, calls   int64
+	cpu, scriptCPU float64
 }
 
 // startMeasuring reads the counters at the start of a benchmark.

@@ -186,7 +186,7 @@ func checkTag(key, prefix string, h store.Hit) error {
 	tag := redisTag(key)
 	got, hashed, err := decodeField(tag)
 	if err != nil {
-		return fmt.Errorf("key %q: tag %q: %v", key, tag, err)
+		return fmt.Errorf("key %q: tag %q: %w", key, tag, err)
 	}
 	if tag == "%" {
 		got = ""
@@ -218,7 +218,7 @@ func checkFields(key string) error {
 			return fmt.Errorf("key %q: field %q is %d bytes", key, f, len(f))
 		}
 		if _, _, err := decodeField(f); err != nil {
-			return fmt.Errorf("key %q: field %q: %v", key, f, err)
+			return fmt.Errorf("key %q: field %q: %w", key, f, err)
 		}
 	}
 	return nil

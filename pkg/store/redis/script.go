@@ -202,7 +202,7 @@ func (s *Store) run(ctx context.Context, groups []*group) {
 		}
 		if err := s.prepare(ctx); err != nil {
 			if !errors.Is(err, ErrUnsupportedVersion) {
-				err = fmt.Errorf("after %v: %w", retry[0].err, err)
+				err = fmt.Errorf("after %w: %w", retry[0].err, err)
 			}
 			for _, g := range retry {
 				g.err = err
