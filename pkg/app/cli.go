@@ -32,6 +32,8 @@ Usage:
                                   send one ShouldRateLimit call and print the answer
   tollgate bench --addr HOST:PORT --domain D --descriptor 'api_key=k{key}' [-c N] [--rate R] ...
                                   load any RateLimitService and print JSON results
+  tollgate health [--addr HOST:PORT] [--service NAME] [--timeout D]
+                                  gRPC health check; exit 0 when SERVING, 1 otherwise
 
 Run "tollgate COMMAND --help" for a command's flags.
 `
@@ -55,6 +57,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = query(ctx, args, stdout)
 	case "bench":
 		err = bench(ctx, args, stdout)
+	case "health":
+		err = health(ctx, args, stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
