@@ -16,6 +16,8 @@ import (
 	"io/fs"
 	"maps"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +26,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/compose-spec/compose-go/v2/loader"
 	"github.com/compose-spec/compose-go/v2/types"
@@ -894,27 +897,36 @@ func TestDockerfileImage(t *testing.T) {
 	}
 }
 
-// TestDockerfileHealthCheckRuns runs the image's health check command
-// against a running tollgate and against a closed port.
-func TestDockerfileHealthCheckRuns(t *testing.T) {
+// TestTollgateHealthChecksRun runs the image's and the compose service's
+// health check commands against a running tollgate and a closed port.
+func TestTollgateHealthChecksRun(t *testing.T) {
 	img := parseDockerfile(t)
-	svc := startService(t, map[string]string{"api.yaml": searchRules})
-	args := slices.Clone(img.healthcheck[1:])
-	i := slices.Index(args, "--addr")
-	if i < 0 {
-		t.Fatalf("HEALTHCHECK %q has no --addr", img.healthcheck)
+	hc := composeService(t, loadCompose(t), svcTollgate).HealthCheck
+	if hc == nil || len(hc.Test) < 2 {
+		t.Fatalf("tollgate health check %v", hc)
 	}
-	for _, tt := range []struct {
-		addr string
-		code int
-	}{
-		{svc.grpcAddr, 0},
-		{closedAddr(t), 1},
-	} {
-		args[i+1] = tt.addr
-		var stdout, stderr bytes.Buffer
-		if code := app.Main(context.Background(), args, &stdout, &stderr); code != tt.code {
-			t.Errorf("tollgate %s: exit %d, want %d; stdout %q, stderr %q", strings.Join(args, " "), code, tt.code, stdout.String(), stderr.String())
+	svc := startService(t, map[string]string{"api.yaml": searchRules})
+	for source, cmd := range map[string][]string{"Dockerfile": img.healthcheck, "docker-compose.yaml": hc.Test[1:]} {
+		if len(cmd) < 2 || cmd[0] != img.binary {
+			t.Fatalf("%s: health check %q does not run %s", source, cmd, img.binary)
+		}
+		args := slices.Clone(cmd[1:])
+		i := slices.Index(args, "--addr")
+		if i < 0 {
+			t.Fatalf("%s: health check %q has no --addr", source, cmd)
+		}
+		for _, tt := range []struct {
+			addr string
+			code int
+		}{
+			{svc.grpcAddr, 0},
+			{closedAddr(t), 1},
+		} {
+			args[i+1] = tt.addr
+			var stdout, stderr bytes.Buffer
+			if code := app.Main(context.Background(), args, &stdout, &stderr); code != tt.code {
+				t.Errorf("%s: tollgate %s: exit %d, want %d; stdout %q, stderr %q", source, strings.Join(args, " "), code, tt.code, stdout.String(), stderr.String())
+			}
 		}
 	}
 }
@@ -979,5 +991,58 @@ func TestDockerignoreKeepsWhatTheBuildCopies(t *testing.T) {
 				t.Errorf("COPY %s: %v", src, err)
 			}
 		}
+	}
+}
+
+// TestComposeEnvoyHealthCheckRuns runs the envoy service's health check,
+// a bash one-liner, against a stand-in for Envoy's admin /ready: it must
+// pass when the server is LIVE and fail otherwise.
+func TestComposeEnvoyHealthCheckRuns(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("bash is not installed")
+	}
+	hc := composeService(t, loadCompose(t), svcEnvoy).HealthCheck
+	if hc == nil || len(hc.Test) != 4 || !slices.Equal(hc.Test[:3], []string{"CMD", "bash", "-c"}) {
+		t.Fatalf("envoy health check %v, want [CMD bash -c SCRIPT]", hc)
+	}
+	adminTCP := fmt.Sprintf("/dev/tcp/127.0.0.1/%d", envoyAdminPort(t))
+	if !strings.Contains(hc.Test[3], adminTCP) {
+		t.Fatalf("envoy health check %q does not connect to %s", hc.Test[3], adminTCP)
+	}
+	for _, tt := range []struct {
+		state string
+		ok    bool
+	}{{"LIVE", true}, {"PRE_INITIALIZING", false}, {"", false}} {
+		t.Run(cmpOr(tt.state, "closed port"), func(t *testing.T) {
+			addr := closedAddr(t)
+			if tt.state != "" {
+				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					// As Envoy's admin: no HTTP/1.0, 503 until LIVE.
+					if !r.ProtoAtLeast(1, 1) {
+						w.WriteHeader(http.StatusUpgradeRequired)
+						return
+					}
+					if r.URL.Path != "/ready" {
+						http.NotFound(w, r)
+						return
+					}
+					if tt.state != "LIVE" {
+						w.WriteHeader(http.StatusServiceUnavailable)
+					}
+					fmt.Fprintln(w, tt.state)
+				}))
+				defer srv.Close()
+				addr = srv.Listener.Addr().String()
+			}
+			host, port, _ := net.SplitHostPort(addr)
+			script := strings.ReplaceAll(hc.Test[3], adminTCP, "/dev/tcp/"+host+"/"+port)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			out, err := exec.CommandContext(ctx, bash, "-c", script).CombinedOutput()
+			if (err == nil) != tt.ok {
+				t.Errorf("health check against %q: %v (output %q), want success %v", tt.state, err, out, tt.ok)
+			}
+		})
 	}
 }
