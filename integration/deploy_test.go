@@ -87,8 +87,8 @@ func composeService(t *testing.T, p *types.Project, name string) types.ServiceCo
 	return s
 }
 
-// defaultPorts returns the ports of serve's default gRPC, HTTP and debug
-// addresses, the debug one as the image sets it.
+// defaultPorts returns the ports of serve's default gRPC and HTTP
+// addresses.
 func defaultPorts(t *testing.T) (grpcPort, httpPort uint32) {
 	t.Helper()
 	s, err := app.DefaultSettings()
@@ -524,7 +524,8 @@ func mounts(t *testing.T, s types.ServiceConfig, src, target string) bool {
 	return false
 }
 
-// grafanaDoc holds both provisioning files, decoded strictly.
+// grafanaDatasources is Grafana's datasource provisioning file, decoded
+// strictly.
 type grafanaDatasources struct {
 	APIVersion  int `yaml:"apiVersion"`
 	Datasources []struct {
@@ -538,6 +539,7 @@ type grafanaDatasources struct {
 	} `yaml:"datasources"`
 }
 
+// grafanaProviders is Grafana's dashboard provisioning file.
 type grafanaProviders struct {
 	APIVersion int `yaml:"apiVersion"`
 	Providers  []struct {
