@@ -125,6 +125,8 @@ func kind(name string) string {
 		return "kubernetes"
 	case strings.HasPrefix(name, "istio/"):
 		return "istio"
+	case strings.HasPrefix(name, "observability/"):
+		return "observability" // integration/deploy_test.go
 	case !strings.Contains(name, "/"):
 		return "bootstrap"
 	}

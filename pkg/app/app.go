@@ -30,6 +30,7 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/store/memory"
 	"github.com/tollgatehq/tollgate/pkg/store/redis"
 	"github.com/tollgatehq/tollgate/pkg/telemetry"
+	"github.com/tollgatehq/tollgate/pkg/version"
 )
 
 // shutdownGrace bounds how long in-flight calls may take after a stop.
@@ -313,7 +314,7 @@ func (a *App) Run(ctx context.Context) error {
 	}
 
 	grpcAddr, httpAddr, debugAddr := a.Addrs()
-	a.logger.Info("tollgate serving", "grpc", grpcAddr, "http", httpAddr, "debug", debugAddr,
+	a.logger.Info("tollgate serving", "version", version.Version, "grpc", grpcAddr, "http", httpAddr, "debug", debugAddr,
 		"store", a.settings.Store, "config_dir", a.settings.ConfigDir, "config_hash", a.reloader.Status().Hash)
 
 	<-ctx.Done()

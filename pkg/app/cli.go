@@ -32,6 +32,8 @@ Usage:
   tollgate bench --addr HOST:PORT --domain D --descriptor 'api_key=k{key}' [-c N] [--rate R] ...
                                   load any RateLimitService and print JSON results
   tollgate schema                 print the JSON Schema of descriptor configuration files
+  tollgate health [--addr HOST:PORT] [--service NAME] [--timeout D]
+                                  gRPC health check; exit 0 when SERVING, 1 otherwise
 
 check and explain take serve's flags, TOLLGATE_* environment and --settings
 file, so they judge a configuration exactly as serve would; DIR stands for
@@ -67,6 +69,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		err = bench(ctx, args, stdout)
 	case "schema":
 		err = schema(args, stdout)
+	case "health":
+		err = health(ctx, args, stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

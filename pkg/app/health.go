@@ -1,0 +1,73 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/tollgatehq/tollgate/pkg/rls"
+)
+
+// errNotServing is returned by health when the server answers with any
+// status but SERVING.
+var errNotServing = errors.New("not serving")
+
+// health runs `tollgate health`: one grpc.health.v1 Check of a tollgate's
+// gRPC listener, for container health checks in images without a shell or
+// curl. It prints one line and returns nil when the service is SERVING;
+// otherwise it returns a one-line error saying why, and Main exits 1.
+func health(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := newFlagSet("health")
+	addr := fs.String("addr", "127.0.0.1:8081", "gRPC address to check, HOST:PORT")
+	service := fs.String("service", "", `health service to check: "" (the whole server), `+
+		rls.ServiceName+" or "+rls.StoreServiceName)
+	timeout := fs.Duration("timeout", 2*time.Second, "deadline of the check, the connection included")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError("unexpected arguments %q", fs.Args())
+	}
+	if *timeout <= 0 {
+		return usageError("--timeout must be positive, got %v", *timeout)
+	}
+	target := *addr
+	if *service != "" {
+		target = fmt.Sprintf("%s service %q", *addr, *service)
+	}
+	st, err := checkHealth(ctx, *addr, *service, *timeout)
+	if err != nil {
+		return fmt.Errorf("checking %s: %w", target, err)
+	}
+	if st != healthpb.HealthCheckResponse_SERVING {
+		return fmt.Errorf("%s: %w (%v)", target, errNotServing, st)
+	}
+	fmt.Fprintf(stdout, "%s: %v\n", target, st)
+	return nil
+}
+
+// checkHealth asks the grpc.health.v1 service at addr for the status of
+// service, waiting at most timeout. A gRPC error is returned as its code and
+// message, which fit on one line.
+func checkHealth(ctx context.Context, addr, service string, timeout time.Duration) (healthpb.HealthCheckResponse_ServingStatus, error) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: service})
+	if err != nil {
+		s := status.Convert(err)
+		return 0, fmt.Errorf("%v: %s", s.Code(), s.Message())
+	}
+	return resp.GetStatus(), nil
+}
