@@ -17,14 +17,14 @@ import (
 // descriptors Envoy makes of them are rows of envoy/README.md's table,
 // which envoy/envoy_test.go checks against envoy.yaml; this test checks
 // what tollgate answers to those descriptors.
-const tryDoc = "../envoy/TRY.md"
+const tryDoc = "../README.md"
 
-// tryEdit is the walkthrough's live edit, the sed expression of TRY.md.
+// tryEdit is the walkthrough's live edit, the sed expression of the README's "Try it with Envoy".
 var tryEdit = regexp.MustCompile(`(?m)requests_per_unit: 30$`)
 
 // TestTryItAnswers runs the walkthrough's requests, as the descriptors
 // Envoy sends for them, against tollgate on a copy of config-examples/
-// with the demo's settings, and checks the answers TRY.md quotes.
+// with the demo's settings, and checks the answers the README quotes.
 func TestTryItAnswers(t *testing.T) {
 	doc, err := os.ReadFile(tryDoc)
 	if err != nil {
@@ -50,7 +50,7 @@ func TestTryItAnswers(t *testing.T) {
 		limit     uint32 // requests_per_unit of the first limited status
 		remaining uint32
 		policy    string // X-RateLimit-Policy
-		body      string // a prefix of the body, quoted in TRY.md
+		body      string // a prefix of the body, quoted in the README
 	}
 	check := func(t *testing.T, what string, resp *rlsv3.RateLimitResponse, w want) {
 		t.Helper()
@@ -103,7 +103,7 @@ func TestTryItAnswers(t *testing.T) {
 				body: `{"code":429,"message":"request denied by policy","retry_after_seconds":1}`})
 	}
 
-	// The live edit: the sed line of TRY.md, applied to the copy.
+	// The live edit: the sed line of the README, applied to the copy.
 	if !strings.Contains(string(doc), `'s/requests_per_unit: 30$/requests_per_unit: 3/'`) {
 		t.Fatalf("%s no longer edits with the expression this test applies (%s)", tryDoc, tryEdit)
 	}
