@@ -110,7 +110,13 @@ func TestOwnRegistry(t *testing.T) {
 }
 
 func TestTracingOffByDefault(t *testing.T) {
+	for _, name := range []string{"OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"} {
+		t.Setenv(name, "")
+	}
 	tel := setup(t, telemetry.Options{})
+	if tel.Tracing() {
+		t.Error("Tracing() = true without an exporter")
+	}
 	_, span := tel.TracerProvider().Tracer("test").Start(t.Context(), "op")
 	defer span.End()
 	if span.IsRecording() {
@@ -123,6 +129,9 @@ func TestSpansReachExporter(t *testing.T) {
 	tel, err := telemetry.Setup(t.Context(), telemetry.Options{SpanExporter: exp})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !tel.Tracing() {
+		t.Error("Tracing() = false with an exporter")
 	}
 	_, span := tel.TracerProvider().Tracer("test").Start(t.Context(), "op")
 	if !span.IsRecording() {
