@@ -12,6 +12,7 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
@@ -120,6 +121,9 @@ type Options struct {
 	// MeterProvider provides the tollgate_* instruments; nil means a no-op
 	// provider.
 	MeterProvider metric.MeterProvider
+	// TracerProvider traces every decision and its store calls; nil means
+	// no spans at all, at no cost.
+	TracerProvider trace.TracerProvider
 }
 
 // Request is one rate-limit question: a domain and its descriptors.
@@ -229,6 +233,7 @@ type Limiter struct {
 	since       func(time.Time) time.Duration // the time elapsed since one now returned
 	log         *slog.Logger
 	metrics     *metrics
+	tracer      trace.Tracer // nil: no spans
 
 	// labels caches metric attribute sets for the current tree.
 	labels atomic.Pointer[labelCache]
@@ -322,6 +327,9 @@ func New(opts Options) (*Limiter, error) {
 		return nil, fmt.Errorf("limiter: creating instruments: %w", err)
 	}
 	l.metrics = m
+	if opts.TracerProvider != nil {
+		l.tracer = opts.TracerProvider.Tracer(tracerName)
+	}
 	l.pool.New = func() any { return new(scratch) }
 	return l, nil
 }
@@ -405,7 +413,12 @@ func (l *Limiter) Check(ctx context.Context, req *Request) (*Response, error) {
 // (such as the gRPC adapter) can pool Responses. Header values and Limits
 // in resp stay valid after resp is reused; resp itself must not be used by
 // anyone else meanwhile.
-func (l *Limiter) CheckInto(ctx context.Context, req *Request, resp *Response) error {
+func (l *Limiter) CheckInto(ctx context.Context, req *Request, resp *Response) (err error) {
+	var tr *checkTrace
+	if l.tracer != nil {
+		ctx, tr = l.startCheck(ctx, req)
+		defer func() { tr.end(resp, err) }()
+	}
 	if err := l.bounds.validate(req); err != nil {
 		return err
 	}
@@ -527,6 +540,9 @@ func (l *Limiter) CheckInto(ctx context.Context, req *Request, resp *Response) e
 			label = out.Limit
 		}
 		l.metrics.decisions.Add(ctx, 1, labels.options(req.Domain, dom, st, label, result)...)
+		if tr != nil {
+			tr.record(l, st, label, result, storeErr != nil)
+		}
 	}
 	if hardOver || (quotaSeen > 0 && quotaOver == quotaSeen) {
 		resp.Code = OverLimit
@@ -764,7 +780,7 @@ var errNoTime = fmt.Errorf("%w: no time left for the store within the caller's d
 // the caller's deadline less the margin kept to answer in.
 func (l *Limiter) apply(ctx context.Context, hits []store.Hit, verdicts []algorithm.Verdict) error {
 	if l.timeout == 0 {
-		return l.store.Apply(ctx, hits, verdicts)
+		return l.storeApply(ctx, l.store, "primary", hits, verdicts)
 	}
 	now := time.Now()
 	deadline := now.Add(l.timeout)
@@ -776,7 +792,7 @@ func (l *Limiter) apply(ctx context.Context, hits []store.Hit, verdicts []algori
 	}
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	return l.store.Apply(ctx, hits, verdicts)
+	return l.storeApply(ctx, l.store, "primary", hits, verdicts)
 }
 
 // failureMode returns how st is answered while the store fails.
@@ -823,7 +839,7 @@ func (l *Limiter) decideLocally(ctx context.Context, s *scratch) {
 		return
 	}
 	s.localVerdicts = grow(s.localVerdicts, len(s.localHits))
-	if err := l.fallback.Apply(ctx, s.localHits, s.localVerdicts); err != nil {
+	if err := l.storeApply(ctx, l.fallback, "fallback", s.localHits, s.localVerdicts); err != nil {
 		l.log.LogAttrs(ctx, slog.LevelError, "local fallback failed; answering as failure mode open", slog.Any("error", err))
 		return
 	}
