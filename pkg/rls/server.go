@@ -29,6 +29,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -68,6 +69,10 @@ type Options struct {
 	Limiter Checker
 	// Logger receives internal errors; nil discards.
 	Logger *slog.Logger
+	// TracerProvider traces every ShouldRateLimit call with a server span,
+	// the child of the W3C trace context (traceparent) that came with the
+	// call; nil means no spans at all, at no cost.
+	TracerProvider trace.TracerProvider
 }
 
 // Server implements rlsv3.RateLimitServiceServer.
@@ -77,6 +82,7 @@ type Server struct {
 	limiter Checker
 	into    intoChecker // limiter, when it can write into a Response
 	log     *slog.Logger
+	tracer  trace.Tracer // nil: no spans
 	health  *health.Server
 	pool    sync.Pool // *scratch
 }
@@ -96,6 +102,9 @@ func New(opts Options) *Server {
 	}
 	s.log = s.log.With("component", "rls")
 	s.into, _ = opts.Limiter.(intoChecker)
+	if opts.TracerProvider != nil {
+		s.tracer = opts.TracerProvider.Tracer(tracerName)
+	}
 	s.health.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(StoreServiceName, healthpb.HealthCheckResponse_SERVING)
 	s.pool.New = func() any { return new(scratch) }
@@ -138,7 +147,19 @@ func servingStatus(serving bool) healthpb.HealthCheckResponse_ServingStatus {
 // codes.Unknown: a malformed request gets codes.InvalidArgument, an ended
 // context its own code, an unavailable engine codes.Unavailable and any
 // other failure codes.Internal.
-func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (resp *rlsv3.RateLimitResponse, err error) {
+func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if s.tracer == nil {
+		return s.shouldRateLimit(ctx, req)
+	}
+	ctx, span := s.startRPC(ctx, req)
+	resp, err := s.shouldRateLimit(ctx, req)
+	endRPC(span, resp, err)
+	return resp, err
+}
+
+// shouldRateLimit is ShouldRateLimit without the server span, which the
+// JSON handler, not being a gRPC call, goes without.
+func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (resp *rlsv3.RateLimitResponse, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			s.log.ErrorContext(ctx, "panic answering ShouldRateLimit",
