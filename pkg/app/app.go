@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
@@ -83,10 +85,14 @@ func (a *App) build(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if a.telemetry, err = telemetry.Setup(ctx, telemetry.Options{}); err != nil {
+	if a.telemetry, err = telemetry.Setup(ctx, s.telemetryOptions()); err != nil {
 		return fmt.Errorf("setting up telemetry: %w", err)
 	}
 	meters := a.telemetry.MeterProvider()
+	var tracer trace.TracerProvider // nil while tracing is off: no spans, no cost
+	if a.telemetry.Tracing() {
+		tracer = a.telemetry.TracerProvider()
+	}
 
 	if a.reloader, err = newReloader(s, a.logger, meters); err != nil {
 		return err
@@ -111,6 +117,7 @@ func (a *App) build(ctx context.Context) error {
 		MaxHits:            uint64(s.MaxHits),
 		Logger:             a.logger,
 		MeterProvider:      meters,
+		TracerProvider:     tracer,
 	}
 	if a.breaker != nil {
 		// Only a remote store waits, fails and needs a fallback.
@@ -123,7 +130,7 @@ func (a *App) build(ctx context.Context) error {
 		return err
 	}
 
-	a.rls = rls.New(rls.Options{Limiter: lim, Logger: a.logger})
+	a.rls = rls.New(rls.Options{Limiter: lim, Logger: a.logger, TracerProvider: tracer})
 	a.grpc = grpc.NewServer(
 		// Serve calls on long-lived workers rather than a goroutine per
 		// call: a fresh goroutine grows its stack on every call, which
@@ -162,6 +169,19 @@ func (a *App) build(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// telemetryOptions returns the telemetry the settings ask for. The
+// sampler is parent-based: a call whose trace context says sampled is
+// traced, so Envoy's sampling decision holds through tollgate, and the
+// ratio applies to traces tollgate starts. The default ratio, 1, leaves
+// the sampler to OTEL_TRACES_SAMPLER, whose own default is the same.
+func (s Settings) telemetryOptions() telemetry.Options {
+	opts := telemetry.Options{TracesEndpoint: s.TracingEndpoint, BatchTimeout: s.TracingBatchTimeout}
+	if s.TracingSampleRatio != 1 {
+		opts.Sampler = sdktrace.ParentBased(sdktrace.TraceIDRatioBased(s.TracingSampleRatio))
+	}
+	return opts
 }
 
 // newStore builds the store the settings choose; the one switch over
@@ -315,7 +335,8 @@ func (a *App) Run(ctx context.Context) error {
 
 	grpcAddr, httpAddr, debugAddr := a.Addrs()
 	a.logger.Info("tollgate serving", "version", version.Version, "grpc", grpcAddr, "http", httpAddr, "debug", debugAddr,
-		"store", a.settings.Store, "config_dir", a.settings.ConfigDir, "config_hash", a.reloader.Status().Hash)
+		"store", a.settings.Store, "config_dir", a.settings.ConfigDir, "config_hash", a.reloader.Status().Hash,
+		"tracing", a.telemetry.Tracing())
 
 	<-ctx.Done()
 	a.shutdown()
@@ -406,7 +427,12 @@ func (a *App) close() {
 	}
 	a.closers = nil
 	if a.telemetry != nil {
-		_ = a.telemetry.Shutdown(context.Background())
+		// Flushes pending spans; bounded, since the receiver may be gone.
+		ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+		defer cancel()
+		if err := a.telemetry.Shutdown(ctx); err != nil {
+			a.logger.Warn("flushing telemetry", "error", err)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -34,6 +35,10 @@ type Settings struct {
 	ResponseHeaders  string `mapstructure:"response-headers"`
 	LogLevel         string `mapstructure:"log-level"`
 	LogFormat        string `mapstructure:"log-format"`
+
+	TracingEndpoint     string        `mapstructure:"tracing-endpoint"`
+	TracingSampleRatio  float64       `mapstructure:"tracing-sample-ratio"`
+	TracingBatchTimeout time.Duration `mapstructure:"tracing-batch-timeout"`
 
 	RedisType          string        `mapstructure:"redis-type"`
 	RedisAddrs         []string      `mapstructure:"redis-addrs"`
@@ -94,6 +99,9 @@ func settingsFlags(fs *pflag.FlagSet) *pflag.FlagSet {
 	fs.String("response-headers", "xratelimit", "rate-limit response headers: none, draft03, xratelimit, ietf")
 	fs.String("log-level", "info", "log level: debug, info, warn, error")
 	fs.String("log-format", "text", "log format: text, json")
+	fs.String("tracing-endpoint", "", "URL of the OTLP/gRPC receiver spans are exported to (http://host:4317 plaintext, https:// TLS); empty: as OTEL_EXPORTER_OTLP_ENDPOINT and OTEL_TRACES_EXPORTER say, else no tracing")
+	fs.Float64("tracing-sample-ratio", 1, "fraction of the traces started here that are sampled; a caller's sampled trace context is always followed (at 1, OTEL_TRACES_SAMPLER decides when set)")
+	fs.Duration("tracing-batch-timeout", 0, "longest a finished span waits to be exported (0: OTEL_BSP_SCHEDULE_DELAY, else 5s)")
 	fs.String("redis-type", "single", "redis deployment: single, sentinel or cluster")
 	fs.StringSlice("redis-addrs", []string{"127.0.0.1:6379"}, "redis addresses (host:port, or a redis:// or rediss:// URL for single); sentinel: the sentinels; cluster: seed nodes")
 	fs.String("redis-master-name", "", "sentinel: the monitored master's name")
@@ -227,6 +235,17 @@ func (s Settings) validate() error {
 	}
 	if s.LogFormat != "text" && s.LogFormat != "json" {
 		errs = append(errs, fmt.Errorf("log-format: unknown format %q (want text or json)", s.LogFormat))
+	}
+	if s.TracingEndpoint != "" {
+		if u, err := url.Parse(s.TracingEndpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("tracing-endpoint: want an http:// or https:// URL such as http://otel-collector:4317, got %q", s.TracingEndpoint))
+		}
+	}
+	if !(s.TracingSampleRatio >= 0 && s.TracingSampleRatio <= 1) {
+		errs = append(errs, fmt.Errorf("tracing-sample-ratio: must be between 0 and 1, got %v", s.TracingSampleRatio))
+	}
+	if s.TracingBatchTimeout < 0 {
+		errs = append(errs, fmt.Errorf("tracing-batch-timeout: must not be negative, got %v", s.TracingBatchTimeout))
 	}
 	for _, bound := range []struct {
 		name string

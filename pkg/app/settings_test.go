@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestSettingsPrecedence(t *testing.T) {
@@ -55,6 +56,17 @@ func TestSettingsPrecedence(t *testing.T) {
 			env:  map[string]string{"TOLLGATE_REDIS_ADDRS": "c:3,d:4"},
 			want: func(s Settings) string {
 				return expect(len(s.RedisAddrs) == 2 && s.RedisAddrs[0] == "c:3", s)
+			},
+		},
+		{
+			name: "tracing from environment",
+			env: map[string]string{
+				"TOLLGATE_TRACING_ENDPOINT": "https://collector:4317", "TOLLGATE_TRACING_SAMPLE_RATIO": "0.25",
+				"TOLLGATE_TRACING_BATCH_TIMEOUT": "100ms",
+			},
+			want: func(s Settings) string {
+				return expect(s.TracingEndpoint == "https://collector:4317" && s.TracingSampleRatio == 0.25 &&
+					s.TracingBatchTimeout == 100*time.Millisecond, s)
 			},
 		},
 		{
@@ -153,6 +165,11 @@ func TestSettingsErrors(t *testing.T) {
 		{[]string{"--local-fallback-max-keys", "-1"}, `local-fallback-max-keys: must be positive, got -1`},
 		{[]string{"--max-hits", "0"}, `max-hits: must be positive, got 0`},
 		{[]string{"--max-patterns", "0"}, `max-patterns: must be positive, got 0`},
+		{[]string{"--tracing-endpoint", "collector:4317"}, `tracing-endpoint: want an http:// or https:// URL such as http://otel-collector:4317, got "collector:4317"`},
+		{[]string{"--tracing-endpoint", "grpc://collector:4317"}, `tracing-endpoint: want an http:// or https:// URL such as http://otel-collector:4317, got "grpc://collector:4317"`},
+		{[]string{"--tracing-sample-ratio", "1.5"}, `tracing-sample-ratio: must be between 0 and 1, got 1.5`},
+		{[]string{"--tracing-sample-ratio", "NaN"}, `tracing-sample-ratio: must be between 0 and 1, got NaN`},
+		{[]string{"--tracing-batch-timeout", "-1s"}, `tracing-batch-timeout: must not be negative, got -1s`},
 		{[]string{"--settings", "/nonexistent/tollgate.yaml"}, `reading settings file /nonexistent/tollgate.yaml`},
 	}
 	for _, tt := range tests {
@@ -165,6 +182,33 @@ func TestSettingsErrors(t *testing.T) {
 			_, err := loadSettings(fs, func(string) string { return "" })
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("error = %v, want it to contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestTracingSampler(t *testing.T) {
+	tests := []struct {
+		ratio float64
+		want  string // the sampler's description; "" for none
+	}{
+		{1, ""},
+		{0.25, "ParentBased{root:TraceIDRatioBased{0.25},remoteParentSampled:AlwaysOnSampler,remoteParentNotSampled:AlwaysOffSampler,localParentSampled:AlwaysOnSampler,localParentNotSampled:AlwaysOffSampler}"},
+		{0, "ParentBased{root:TraceIDRatioBased{0},remoteParentSampled:AlwaysOnSampler,remoteParentNotSampled:AlwaysOffSampler,localParentSampled:AlwaysOnSampler,localParentNotSampled:AlwaysOffSampler}"},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprint(tt.ratio), func(t *testing.T) {
+			s := Settings{TracingEndpoint: "http://c:4317", TracingSampleRatio: tt.ratio, TracingBatchTimeout: time.Second}
+			opts := s.telemetryOptions()
+			got := ""
+			if opts.Sampler != nil {
+				got = opts.Sampler.Description()
+			}
+			if got != tt.want {
+				t.Errorf("sampler %q, want %q", got, tt.want)
+			}
+			if opts.TracesEndpoint != "http://c:4317" || opts.BatchTimeout != time.Second {
+				t.Errorf("options %+v do not carry the endpoint and batch timeout", opts)
 			}
 		})
 	}
