@@ -3,6 +3,8 @@ package limiter
 import (
 	"context"
 	"testing"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 const benchYAML = `
@@ -41,3 +43,27 @@ func BenchmarkCheck(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCheckTraced is BenchmarkCheck's first case with every decision
+// traced by the SDK, its spans dropped instead of exported.
+func BenchmarkCheckTraced(b *testing.B) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(dropSpans{}))
+	f := newFixture(b, benchYAML, func(o *Options) { o.TracerProvider = tp })
+	f.store.inner, f.lim.store = nil, f.store.inner
+	r := req("api", d("client=c1"))
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := f.lim.Check(ctx, r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// dropSpans is a span processor that keeps nothing.
+type dropSpans struct{}
+
+func (dropSpans) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+func (dropSpans) OnEnd(sdktrace.ReadOnlySpan)                     {}
+func (dropSpans) Shutdown(context.Context) error                  { return nil }
+func (dropSpans) ForceFlush(context.Context) error                { return nil }

@@ -131,4 +131,17 @@
 // are recorded as "(unknown)" and overrides as limit "(override)", so
 // cardinality is bounded by the configuration. detailed_metric and
 // value_to_metric are therefore ignored.
+//
+// # Traces
+//
+// With Options.TracerProvider, each Check is a span named limiter.Check,
+// and each store call within it a child span named store.Apply, whose
+// tollgate.store attribute says primary or fallback. The decision span
+// carries the domain, the number of descriptors, the overall code and, per
+// descriptor in request order, the rule path, the limit name and the
+// metrics result, with whether the answer is degraded and which failure
+// modes answered. Like the metrics' attributes they never carry a
+// descriptor value, and errors are recorded by class (store_unavailable,
+// deadline_exceeded and so on), not by their text. Without a provider,
+// Check starts no span and allocates nothing for tracing.
 package limiter

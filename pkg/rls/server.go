@@ -15,6 +15,12 @@
 // empty key". Keys and values are compared as bytes: invalid UTF-8 is
 // accepted, since proto3 strings from Envoy are already validated by the
 // protobuf decoder and the engine never interprets them.
+//
+// With Options.TracerProvider, each ShouldRateLimit call is a server span
+// under the W3C trace context (traceparent) in the call's metadata, read
+// with the propagation package rather than a global propagator; the
+// engine's spans are its children. The JSON endpoint, not a gRPC call,
+// gets the engine's spans alone.
 package rls
 
 import (
