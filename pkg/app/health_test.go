@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"strings"
@@ -28,7 +27,7 @@ func startApp(t *testing.T, tweak func(*Settings)) string {
 		tweak(&s)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	a, err := New(ctx, s, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	a, err := New(ctx, s, slog.New(slog.DiscardHandler))
 	if err != nil {
 		cancel()
 		t.Fatalf("starting tollgate: %v", err)
