@@ -35,6 +35,11 @@ type Settings struct {
 	LogLevel         string `mapstructure:"log-level"`
 	LogFormat        string `mapstructure:"log-format"`
 
+	GRPCTLSCert      string `mapstructure:"grpc-tls-cert"`
+	GRPCTLSKey       string `mapstructure:"grpc-tls-key"`
+	GRPCTLSClientCA  string `mapstructure:"grpc-tls-client-ca"`
+	GRPCTLSClientSAN string `mapstructure:"grpc-tls-client-san"`
+
 	RedisType          string        `mapstructure:"redis-type"`
 	RedisAddrs         []string      `mapstructure:"redis-addrs"`
 	RedisMasterName    string        `mapstructure:"redis-master-name"`
@@ -94,6 +99,10 @@ func settingsFlags(fs *pflag.FlagSet) *pflag.FlagSet {
 	fs.String("response-headers", "xratelimit", "rate-limit response headers: none, draft03, xratelimit, ietf")
 	fs.String("log-level", "info", "log level: debug, info, warn, error")
 	fs.String("log-format", "text", "log format: text, json")
+	fs.String("grpc-tls-cert", "", "PEM certificate chain of the gRPC server; with --grpc-tls-key, serve gRPC over TLS (re-read when the file changes)")
+	fs.String("grpc-tls-key", "", "PEM private key of --grpc-tls-cert")
+	fs.String("grpc-tls-client-ca", "", "PEM CA certificates; gRPC clients must present a certificate signed by one (mutual TLS)")
+	fs.String("grpc-tls-client-san", "", "a subject alternative name gRPC client certificates must carry: DNS name, IP or URI (needs --grpc-tls-client-ca)")
 	fs.String("redis-type", "single", "redis deployment: single, sentinel or cluster")
 	fs.StringSlice("redis-addrs", []string{"127.0.0.1:6379"}, "redis addresses (host:port, or a redis:// or rediss:// URL for single); sentinel: the sentinels; cluster: seed nodes")
 	fs.String("redis-master-name", "", "sentinel: the monitored master's name")
@@ -225,6 +234,7 @@ func (s Settings) validate() error {
 	if _, err := parseLevel(s.LogLevel); err != nil {
 		errs = append(errs, fmt.Errorf("log-level: %w", err))
 	}
+	errs = append(errs, s.validateGRPCTLS()...)
 	if s.LogFormat != "text" && s.LogFormat != "json" {
 		errs = append(errs, fmt.Errorf("log-format: unknown format %q (want text or json)", s.LogFormat))
 	}
@@ -243,6 +253,22 @@ func (s Settings) validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// validateGRPCTLS reports incomplete gRPC TLS settings. Whether the files
+// load is checked when the server starts.
+func (s Settings) validateGRPCTLS() []error {
+	var errs []error
+	if (s.GRPCTLSCert == "") != (s.GRPCTLSKey == "") {
+		errs = append(errs, errors.New("grpc-tls-cert, grpc-tls-key: set both or neither"))
+	}
+	if s.GRPCTLSClientCA != "" && s.GRPCTLSCert == "" {
+		errs = append(errs, errors.New("grpc-tls-client-ca: needs grpc-tls-cert and grpc-tls-key"))
+	}
+	if s.GRPCTLSClientSAN != "" && s.GRPCTLSClientCA == "" {
+		errs = append(errs, errors.New("grpc-tls-client-san: needs grpc-tls-client-ca"))
+	}
+	return errs
 }
 
 // descriptorOptions returns the options the descriptor configuration is
