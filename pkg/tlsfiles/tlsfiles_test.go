@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/big"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -272,6 +273,47 @@ func TestRotation(t *testing.T) {
 			if serial.Cmp(step.cert.Serial) != 0 {
 				t.Fatalf("%s: served serial %x, want %x", step.name, serial, step.cert.Serial)
 			}
+		}
+	})
+
+	t.Run("rewrite that keeps size and modification time", func(t *testing.T) {
+		// What a coarse file-system clock makes of two quick rewrites:
+		// nothing in the stat tells them apart.
+		var same tlsfilestest.Cert
+		for range 200 {
+			if c := ca.Server(t, serverNames); len(c.CertPEM) == len(first.CertPEM) && len(c.KeyPEM) == len(first.KeyPEM) {
+				same = c
+				break
+			}
+		}
+		if same.Serial == nil {
+			t.Fatal("no certificate of the same size in 200 tries")
+		}
+		dir := t.TempDir()
+		certFile, keyFile := first.Write(t, dir)
+		srv, err := tlsfiles.New(tlsfiles.Options{CertFile: certFile, KeyFile: keyFile})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if serial, err := handshake(t, srv, client); err != nil || serial.Cmp(first.Serial) != 0 {
+			t.Fatalf("first handshake: serial %x, error %v; want serial %x", serial, err, first.Serial)
+		}
+		stat := func(p string) fs.FileInfo {
+			info, err := os.Stat(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return info
+		}
+		certInfo, keyInfo := stat(certFile), stat(keyFile)
+		same.Write(t, dir)
+		for p, info := range map[string]fs.FileInfo{certFile: certInfo, keyFile: keyInfo} {
+			if err := os.Chtimes(p, info.ModTime(), info.ModTime()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if serial, err := handshake(t, srv, client); err != nil || serial.Cmp(same.Serial) != 0 {
+			t.Fatalf("after the rewrite: serial %x, error %v; want serial %x", serial, err, same.Serial)
 		}
 	})
 
