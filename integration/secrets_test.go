@@ -11,6 +11,7 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/app"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/store/redis"
+	"github.com/tollgatehq/tollgate/pkg/tlsfiles/tlsfilestest"
 )
 
 // TestSecretsStayOut runs tollgate with a wrong Redis password, given as a
@@ -57,6 +58,46 @@ func TestSecretsStayOut(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSecretsTLSKeyStaysOut serves gRPC over TLS, rotates the key, once to
+// a key that does not match and once for good, and checks that no line of
+// any private key appears in the logs (debug level), /debug/config,
+// /metrics or /readyz. The key files' paths may appear; their contents
+// never.
+func TestSecretsTLSKeyStaysOut(t *testing.T) {
+	ts := newTLSSetup(t)
+	var logs lockedBuffer
+	// Mutual TLS, so the client CA is read too. servedSerial presents no
+	// client certificate, but sees the server's before it is refused.
+	svc := startServiceLogging(t, t.TempDir(), &logs, ts.settings(true, ""))
+	next := ts.serverCA.Server(t, tlsfilestest.Names{DNS: []string{tlsServerName}})
+	mismatched := ts.files(next)
+	mismatched["tls.key"] = ts.server.KeyPEM
+	ts.mount.Update(t, mismatched)
+	ts.servedSerial(t, svc.grpcAddr) // a handshake reads the files
+	ts.mount.Update(t, ts.files(next))
+	if got := ts.servedSerial(t, svc.grpcAddr); got.Cmp(next.Serial) != 0 {
+		t.Fatalf("served serial %x, want %x", got, next.Serial)
+	}
+	if !strings.Contains(logs.String(), "private key does not match public key") {
+		t.Fatalf("the logs do not show the mismatched key:\n%s", logs.String())
+	}
+	seen := map[string]string{
+		"logs":          logs.String(),
+		"/debug/config": svc.get(t, svc.debugAddr, "/debug/config"),
+		"/metrics":      svc.get(t, svc.httpAddr, "/metrics"),
+		"/readyz":       svc.get(t, svc.httpAddr, "/readyz"),
+	}
+	for where, text := range seen {
+		for _, key := range [][]byte{ts.server.KeyPEM, next.KeyPEM} {
+			for line := range strings.SplitSeq(string(key), "\n") {
+				if len(line) > 16 && !strings.HasPrefix(line, "-----") && strings.Contains(text, line) {
+					t.Errorf("%s shows a line of a private key", where)
+				}
+			}
+		}
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
 	"github.com/tollgatehq/tollgate/pkg/httpapi"
@@ -32,6 +33,7 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/store/memory"
 	"github.com/tollgatehq/tollgate/pkg/store/redis"
 	"github.com/tollgatehq/tollgate/pkg/telemetry"
+	"github.com/tollgatehq/tollgate/pkg/tlsfiles"
 	"github.com/tollgatehq/tollgate/pkg/version"
 )
 
@@ -131,14 +133,27 @@ func (a *App) build(ctx context.Context) error {
 	}
 
 	a.rls = rls.New(rls.Options{Limiter: lim, Logger: a.logger, TracerProvider: tracer})
-	a.grpc = grpc.NewServer(
+	grpcOpts := []grpc.ServerOption{
 		// Serve calls on long-lived workers rather than a goroutine per
 		// call: a fresh goroutine grows its stack on every call, which
 		// profiles showed as a tenth of the service's CPU. A worker waits
 		// on the store, so there are as many as calls commonly in flight;
 		// beyond them grpc starts goroutines as before.
 		grpc.NumStreamWorkers(streamWorkers),
-	)
+	}
+	if s.GRPCTLSCert != "" {
+		files, err := tlsfiles.New(tlsfiles.Options{
+			CertFile: s.GRPCTLSCert, KeyFile: s.GRPCTLSKey, ClientCAFile: s.GRPCTLSClientCA, ClientSAN: s.GRPCTLSClientSAN,
+			Logger: a.logger.With("component", "grpc-tls"),
+		})
+		if err != nil {
+			return fmt.Errorf("gRPC TLS: %w", err)
+		}
+		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(files.TLSConfig())))
+		a.logger.Info("serving gRPC over TLS", "cert", s.GRPCTLSCert, "serial", files.Leaf().SerialNumber.Text(16),
+			"client_ca", s.GRPCTLSClientCA, "client_san", s.GRPCTLSClientSAN)
+	}
+	a.grpc = grpc.NewServer(grpcOpts...)
 	a.rls.Register(a.grpc)
 
 	a.http = &http.Server{

@@ -221,6 +221,8 @@ func query(ctx context.Context, args []string, stdout io.Writer) error {
 	descs := fs.StringArray("descriptor", nil, "descriptor entries k=v,k2=v2; repeat for several descriptors")
 	hits := fs.Uint32("hits", 0, "request hits_addend (0 means 1)")
 	timeout := fs.Duration("timeout", 2*time.Second, "deadline of the call")
+	var tlsOpts rlsclient.TLS
+	tlsOpts.Flags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -235,7 +237,7 @@ func query(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		req.Descriptors = append(req.Descriptors, entries)
 	}
-	client, err := rlsclient.Dial(*addr)
+	client, err := rlsclient.DialTLS(*addr, tlsOpts)
 	if err != nil {
 		return err
 	}

@@ -7,12 +7,11 @@ import (
 	"io"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgatehq/tollgate/pkg/rls"
+	"github.com/tollgatehq/tollgate/pkg/rlsclient"
 )
 
 // errNotServing is returned by health when the server answers with any
@@ -29,6 +28,8 @@ func health(ctx context.Context, args []string, stdout io.Writer) error {
 	service := fs.String("service", "", `health service to check: "" (the whole server), `+
 		rls.ServiceName+" or "+rls.StoreServiceName)
 	timeout := fs.Duration("timeout", 2*time.Second, "deadline of the check, the connection included")
+	var tlsOpts rlsclient.TLS
+	tlsOpts.Flags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -42,7 +43,7 @@ func health(ctx context.Context, args []string, stdout io.Writer) error {
 	if *service != "" {
 		target = fmt.Sprintf("%s service %q", *addr, *service)
 	}
-	st, err := checkHealth(ctx, *addr, *service, *timeout)
+	st, err := checkHealth(ctx, *addr, tlsOpts, *service, *timeout)
 	if err != nil {
 		return fmt.Errorf("checking %s: %w", target, err)
 	}
@@ -53,18 +54,18 @@ func health(ctx context.Context, args []string, stdout io.Writer) error {
 	return nil
 }
 
-// checkHealth asks the grpc.health.v1 service at addr for the status of
-// service, waiting at most timeout. A gRPC error is returned as its code and
-// message, which fit on one line.
-func checkHealth(ctx context.Context, addr, service string, timeout time.Duration) (healthpb.HealthCheckResponse_ServingStatus, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+// checkHealth asks the grpc.health.v1 service at addr, dialed as t says,
+// for the status of service, waiting at most timeout. A gRPC error is
+// returned as its code and message, which fit on one line.
+func checkHealth(ctx context.Context, addr string, t rlsclient.TLS, service string, timeout time.Duration) (healthpb.HealthCheckResponse_ServingStatus, error) {
+	client, err := rlsclient.DialTLS(addr, t)
 	if err != nil {
 		return 0, err
 	}
-	defer conn.Close()
+	defer client.Close()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: service})
+	resp, err := healthpb.NewHealthClient(client.Conn()).Check(ctx, &healthpb.HealthCheckRequest{Service: service})
 	if err != nil {
 		s := status.Convert(err)
 		return 0, fmt.Errorf("%v: %s", s.Code(), s.Message())

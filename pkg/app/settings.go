@@ -40,6 +40,11 @@ type Settings struct {
 	TracingSampleRatio  float64       `mapstructure:"tracing-sample-ratio"`
 	TracingBatchTimeout time.Duration `mapstructure:"tracing-batch-timeout"`
 
+	GRPCTLSCert      string `mapstructure:"grpc-tls-cert"`
+	GRPCTLSKey       string `mapstructure:"grpc-tls-key"`
+	GRPCTLSClientCA  string `mapstructure:"grpc-tls-client-ca"`
+	GRPCTLSClientSAN string `mapstructure:"grpc-tls-client-san"`
+
 	RedisType          string        `mapstructure:"redis-type"`
 	RedisAddrs         []string      `mapstructure:"redis-addrs"`
 	RedisMasterName    string        `mapstructure:"redis-master-name"`
@@ -102,6 +107,10 @@ func settingsFlags(fs *pflag.FlagSet) *pflag.FlagSet {
 	fs.String("tracing-endpoint", "", "URL of the OTLP/gRPC receiver spans are exported to (http://host:4317 plaintext, https:// TLS); empty: as OTEL_EXPORTER_OTLP_ENDPOINT and OTEL_TRACES_EXPORTER say, else no tracing")
 	fs.Float64("tracing-sample-ratio", 1, "fraction of the traces started here that are sampled; a caller's sampled trace context is always followed (at 1, OTEL_TRACES_SAMPLER decides when set)")
 	fs.Duration("tracing-batch-timeout", 0, "longest a finished span waits to be exported (0: OTEL_BSP_SCHEDULE_DELAY, else 5s)")
+	fs.String("grpc-tls-cert", "", "PEM certificate chain of the gRPC server; with --grpc-tls-key, serve gRPC over TLS (re-read when the file changes)")
+	fs.String("grpc-tls-key", "", "PEM private key of --grpc-tls-cert")
+	fs.String("grpc-tls-client-ca", "", "PEM CA certificates; gRPC clients must present a certificate signed by one (mutual TLS)")
+	fs.String("grpc-tls-client-san", "", "a subject alternative name gRPC client certificates must carry: DNS name, IP or URI (needs --grpc-tls-client-ca)")
 	fs.String("redis-type", "single", "redis deployment: single, sentinel or cluster")
 	fs.StringSlice("redis-addrs", []string{"127.0.0.1:6379"}, "redis addresses (host:port, or a redis:// or rediss:// URL for single); sentinel: the sentinels; cluster: seed nodes")
 	fs.String("redis-master-name", "", "sentinel: the monitored master's name")
@@ -233,6 +242,7 @@ func (s Settings) validate() error {
 	if _, err := parseLevel(s.LogLevel); err != nil {
 		errs = append(errs, fmt.Errorf("log-level: %w", err))
 	}
+	errs = append(errs, s.validateGRPCTLS()...)
 	if s.LogFormat != "text" && s.LogFormat != "json" {
 		errs = append(errs, fmt.Errorf("log-format: unknown format %q (want text or json)", s.LogFormat))
 	}
@@ -262,6 +272,22 @@ func (s Settings) validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// validateGRPCTLS reports incomplete gRPC TLS settings. Whether the files
+// load is checked when the server starts.
+func (s Settings) validateGRPCTLS() []error {
+	var errs []error
+	if (s.GRPCTLSCert == "") != (s.GRPCTLSKey == "") {
+		errs = append(errs, errors.New("grpc-tls-cert, grpc-tls-key: set both or neither"))
+	}
+	if s.GRPCTLSClientCA != "" && s.GRPCTLSCert == "" {
+		errs = append(errs, errors.New("grpc-tls-client-ca: needs grpc-tls-cert and grpc-tls-key"))
+	}
+	if s.GRPCTLSClientSAN != "" && s.GRPCTLSClientCA == "" {
+		errs = append(errs, errors.New("grpc-tls-client-san: needs grpc-tls-client-ca"))
+	}
+	return errs
 }
 
 // descriptorOptions returns the options the descriptor configuration is

@@ -70,6 +70,15 @@ func TestSettingsPrecedence(t *testing.T) {
 			},
 		},
 		{
+			name: "gRPC TLS from the environment",
+			env: map[string]string{"TOLLGATE_GRPC_TLS_CERT": "/tls/tls.crt", "TOLLGATE_GRPC_TLS_KEY": "/tls/tls.key",
+				"TOLLGATE_GRPC_TLS_CLIENT_CA": "/tls/ca.crt", "TOLLGATE_GRPC_TLS_CLIENT_SAN": "envoy.gateway.svc"},
+			want: func(s Settings) string {
+				return expect(s.GRPCTLSCert == "/tls/tls.crt" && s.GRPCTLSKey == "/tls/tls.key" &&
+					s.GRPCTLSClientCA == "/tls/ca.crt" && s.GRPCTLSClientSAN == "envoy.gateway.svc", s)
+			},
+		},
+		{
 			name: "flag over environment",
 			args: []string{"--settings", file, "--grpc-addr", "127.0.0.1:1003", "--memory-max-keys", "5"},
 			env:  map[string]string{"TOLLGATE_GRPC_ADDR": "127.0.0.1:1002", "TOLLGATE_MEMORY_MAX_KEYS": "7"},
@@ -171,6 +180,11 @@ func TestSettingsErrors(t *testing.T) {
 		{[]string{"--tracing-sample-ratio", "NaN"}, `tracing-sample-ratio: must be between 0 and 1, got NaN`},
 		{[]string{"--tracing-batch-timeout", "-1s"}, `tracing-batch-timeout: must not be negative, got -1s`},
 		{[]string{"--settings", "/nonexistent/tollgate.yaml"}, `reading settings file /nonexistent/tollgate.yaml`},
+		{[]string{"--grpc-tls-cert", "tls.crt"}, `grpc-tls-cert, grpc-tls-key: set both or neither`},
+		{[]string{"--grpc-tls-key", "tls.key"}, `grpc-tls-cert, grpc-tls-key: set both or neither`},
+		{[]string{"--grpc-tls-client-ca", "ca.crt"}, `grpc-tls-client-ca: needs grpc-tls-cert and grpc-tls-key`},
+		{[]string{"--grpc-tls-cert", "tls.crt", "--grpc-tls-key", "tls.key", "--grpc-tls-client-san", "envoy"},
+			`grpc-tls-client-san: needs grpc-tls-client-ca`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

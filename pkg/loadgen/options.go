@@ -37,6 +37,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/tollgatehq/tollgate/pkg/rlsclient"
 )
 
 // DefaultAddr and the other Default constants replace zero fields of
@@ -104,6 +106,8 @@ type Options struct {
 	// Seed seeds the key choice. Worker i draws from its own generator
 	// seeded with (Seed, i), so a run's key sequences are reproducible.
 	Seed uint64
+	// TLS is how the connections dial; the zero value dials plain text.
+	TLS rlsclient.TLS
 }
 
 // Flags registers the options as command-line flags on fs, with the Default
@@ -130,6 +134,7 @@ func (o *Options) Flags(fs *pflag.FlagSet) {
 	fs.Uint32Var(&o.Hits, "hits", 0, "request hits_addend (0 means 1)")
 	fs.DurationVar(&o.Timeout, "timeout", DefaultTimeout, "deadline of each call")
 	fs.Uint64Var(&o.Seed, "seed", 0, "seed of the key choice")
+	o.TLS.Flags(fs)
 }
 
 // withDefaults returns o with zero fields replaced by their defaults.
@@ -238,8 +243,10 @@ func (o Options) MarshalJSON() ([]byte, error) {
 		Hits         uint32   `json:"hits"`
 		Timeout      string   `json:"timeout"`
 		Seed         uint64   `json:"seed"`
+		TLS          bool     `json:"tls,omitempty"`
 	}{
 		o.Addr, o.Domain, o.Descriptors, o.Keys, o.Distribution, o.ZipfS, o.Concurrency, o.Conns, o.Rate,
 		o.Duration.String(), o.Requests, o.Warmup.String(), o.Hits, o.Timeout.String(), o.Seed,
+		o.TLS != (rlsclient.TLS{}),
 	})
 }

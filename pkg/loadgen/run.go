@@ -36,7 +36,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	conns, err := connect(ctx, o.Addr, o.Conns)
+	conns, err := connect(ctx, o.Addr, o.TLS, o.Conns)
 	if err != nil {
 		return nil, err
 	}
@@ -62,13 +62,14 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	return res, nil
 }
 
-// connect dials n connections to addr and waits until each is ready.
-func connect(ctx context.Context, addr string, n int) ([]*rlsclient.Client, error) {
+// connect dials n connections to addr as t says and waits until each is
+// ready.
+func connect(ctx context.Context, addr string, t rlsclient.TLS, n int) ([]*rlsclient.Client, error) {
 	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	conns := make([]*rlsclient.Client, 0, n)
 	for range n {
-		c, err := rlsclient.Dial(addr)
+		c, err := rlsclient.DialTLS(addr, t)
 		if err == nil {
 			conns = append(conns, c)
 			err = c.WaitReady(ctx)

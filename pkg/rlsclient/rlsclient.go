@@ -4,14 +4,19 @@ package rlsclient
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
@@ -44,12 +49,76 @@ type Client struct {
 }
 
 // Dial connects to addr over plain-text HTTP/2, as Envoy does by default.
-func Dial(addr string) (*Client, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+func Dial(addr string) (*Client, error) { return DialTLS(addr, TLS{}) }
+
+// DialTLS connects to addr over TLS as t says, or over plain text when t is
+// the zero TLS.
+func DialTLS(addr string, t TLS) (*Client, error) {
+	creds, err := t.Credentials()
+	if err != nil {
+		return nil, err
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		return nil, fmt.Errorf("connecting to %s: %w", addr, err)
 	}
 	return &Client{conn: conn, rls: rlsv3.NewRateLimitServiceClient(conn)}, nil
+}
+
+// TLS is how a client dials TLS. Its zero value dials plain text; any field
+// set turns TLS on.
+type TLS struct {
+	// Enabled turns TLS on with the system roots and no client
+	// certificate, when no other field is set.
+	Enabled bool
+	// CAFile holds the PEM CA certificates that sign the server's; empty
+	// means the system roots.
+	CAFile string
+	// CertFile and KeyFile are a PEM client certificate and key, for
+	// servers that require one.
+	CertFile, KeyFile string
+	// ServerName is the name the server's certificate must carry; empty
+	// means the host of the address.
+	ServerName string
+}
+
+// Flags registers the fields as --tls, --tls-ca, --tls-cert, --tls-key and
+// --tls-server-name on fs.
+func (t *TLS) Flags(fs *pflag.FlagSet) {
+	fs.BoolVar(&t.Enabled, "tls", false, "dial TLS (implied by any --tls-* flag)")
+	fs.StringVar(&t.CAFile, "tls-ca", "", "PEM CA certificates that sign the server's certificate (default: system roots)")
+	fs.StringVar(&t.CertFile, "tls-cert", "", "PEM client certificate, for servers that require one")
+	fs.StringVar(&t.KeyFile, "tls-key", "", "PEM key of --tls-cert")
+	fs.StringVar(&t.ServerName, "tls-server-name", "", "name the server certificate must carry (default: the address host)")
+}
+
+// Credentials returns the transport credentials that t describes.
+func (t TLS) Credentials() (credentials.TransportCredentials, error) {
+	if t == (TLS{}) {
+		return insecure.NewCredentials(), nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName}
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("reading the TLS CA: %w", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("reading the TLS CA: no PEM certificate in %s", t.CAFile)
+		}
+	}
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		return nil, errors.New("a TLS client certificate needs both a certificate and a key file")
+	}
+	if t.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("loading the TLS client certificate %s: %w", t.CertFile, err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return credentials.NewTLS(cfg), nil
 }
 
 // Conn returns the underlying connection, for other services on it.

@@ -3,6 +3,7 @@ package rlsclient
 import (
 	"context"
 	"net"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
+	"github.com/tollgatehq/tollgate/pkg/tlsfiles/tlsfilestest"
 )
 
 func TestParseDescriptor(t *testing.T) {
@@ -85,5 +87,49 @@ func TestWaitReady(t *testing.T) {
 	err = bad.WaitReady(ctx)
 	if err == nil || !strings.Contains(err.Error(), "connecting to "+addr) {
 		t.Errorf("WaitReady on a closed port: error = %v, want one naming %s", err, addr)
+	}
+}
+
+func TestTLSCredentials(t *testing.T) {
+	ca := tlsfilestest.NewCA(t, "CA")
+	dir := t.TempDir()
+	certFile, keyFile := ca.Client(t, tlsfilestest.Names{DNS: []string{"client"}}).Write(t, dir)
+	caFile, notPEM := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "not.pem")
+	tlsfilestest.WriteFile(t, caFile, ca.PEM)
+	tlsfilestest.WriteFile(t, notPEM, []byte("hello\n"))
+	for _, tc := range []struct {
+		name     string
+		tls      TLS
+		protocol string
+		wantErr  string
+	}{
+		{name: "zero is plain text", protocol: "insecure"},
+		{name: "enabled alone", tls: TLS{Enabled: true}, protocol: "tls"},
+		{name: "server name alone", tls: TLS{ServerName: "tollgate"}, protocol: "tls"},
+		{name: "everything", tls: TLS{CAFile: caFile, CertFile: certFile, KeyFile: keyFile}, protocol: "tls"},
+		{name: "missing CA", tls: TLS{CAFile: "/nonexistent/ca.crt"},
+			wantErr: "reading the TLS CA: open /nonexistent/ca.crt: no such file or directory"},
+		{name: "CA without certificate", tls: TLS{CAFile: notPEM},
+			wantErr: "reading the TLS CA: no PEM certificate in " + notPEM},
+		{name: "certificate without key", tls: TLS{CertFile: certFile},
+			wantErr: "a TLS client certificate needs both a certificate and a key file"},
+		{name: "key that is no key", tls: TLS{CertFile: certFile, KeyFile: notPEM},
+			wantErr: "loading the TLS client certificate " + certFile + ": tls: failed to find any PEM data in key input"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			creds, err := tc.tls.Credentials()
+			if tc.wantErr != "" {
+				if err == nil || err.Error() != tc.wantErr {
+					t.Fatalf("Credentials: %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := creds.Info().SecurityProtocol; got != tc.protocol {
+				t.Errorf("security protocol %q, want %q", got, tc.protocol)
+			}
+		})
 	}
 }
