@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
@@ -93,9 +94,12 @@ type Client struct {
 	ack     metric.MeasurementOption
 	nack    metric.MeasurementOption
 
-	// lastAcked is the version_info of the last update applied; only
-	// Run's goroutine touches it.
+	// lastAcked is the version_info of the last update applied, and
+	// rejected the last update refused since; only Run's goroutine
+	// touches them.
 	lastAcked string
+	rejected  *discoveryv3.DiscoveryResponse
+	rejectErr error
 }
 
 // New checks opts and returns a Client; Run connects.
@@ -231,17 +235,38 @@ func (c *Client) session(ctx context.Context, creds credentials.TransportCredent
 			return updated, fmt.Errorf("receiving: %w", err)
 		}
 		updated = true
-		if err := stream.Send(c.handle(resp)); err != nil {
+		req, again := c.handle(resp)
+		if again {
+			// go-control-plane's server answers a NACK by offering the
+			// same version again at once; pace the refusals so that the
+			// two sides do not spin.
+			t := time.NewTimer(c.opts.RetryInterval)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return updated, ctx.Err()
+			case <-t.C:
+			}
+		}
+		if err := stream.Send(req); err != nil {
 			return updated, fmt.Errorf("answering version %q: %w", resp.GetVersionInfo(), err)
 		}
 	}
 }
 
-// handle applies one response and returns its ACK or NACK.
-func (c *Client) handle(resp *discoveryv3.DiscoveryResponse) *discoveryv3.DiscoveryRequest {
+// handle applies one response and returns its ACK or NACK. It reports
+// again when the response offers the update it rejected last, which it
+// refuses again without rebuilding it.
+func (c *Client) handle(resp *discoveryv3.DiscoveryResponse) (req *discoveryv3.DiscoveryRequest, again bool) {
 	version := resp.GetVersionInfo()
-	req := &discoveryv3.DiscoveryRequest{Node: c.node, TypeUrl: TypeURL, ResponseNonce: resp.GetNonce()}
+	req = &discoveryv3.DiscoveryRequest{Node: c.node, TypeUrl: TypeURL, ResponseNonce: resp.GetNonce()}
 	var err error
+	if c.sameAsRejected(resp) {
+		c.log.Debug("xDS update offered again after a NACK; refusing it again", slog.String("version", version))
+		req.VersionInfo = c.lastAcked
+		req.ErrorDetail = &status.Status{Code: int32(codes.InvalidArgument), Message: c.rejectErr.Error()}
+		return req, true
+	}
 	if resp.GetTypeUrl() != TypeURL {
 		err = fmt.Errorf("%w: response of type %q, subscribed to %q", ErrUnsupported, resp.GetTypeUrl(), TypeURL)
 	} else {
@@ -253,13 +278,31 @@ func (c *Client) handle(resp *discoveryv3.DiscoveryResponse) *discoveryv3.Discov
 		c.updates.Add(context.Background(), 1, c.nack)
 		c.log.Error("xDS update rejected; previous rules stay live",
 			slog.String("version", version), slog.String("live_version", c.lastAcked), slog.Any("error", err))
+		c.rejected, c.rejectErr = resp, err
 		req.VersionInfo = c.lastAcked
 		req.ErrorDetail = &status.Status{Code: int32(codes.InvalidArgument), Message: err.Error()}
-		return req
+		return req, false
 	}
 	c.updates.Add(context.Background(), 1, c.ack)
 	c.log.Info("xDS update applied", slog.String("version", version), slog.Int("resources", len(resp.GetResources())))
 	c.lastAcked = version
+	c.rejected, c.rejectErr = nil, nil
 	req.VersionInfo = version
-	return req
+	return req, false
+}
+
+// sameAsRejected reports whether resp offers what the last NACK refused:
+// the same type, version and resources.
+func (c *Client) sameAsRejected(resp *discoveryv3.DiscoveryResponse) bool {
+	r := c.rejected
+	if r == nil || r.GetVersionInfo() != resp.GetVersionInfo() || r.GetTypeUrl() != resp.GetTypeUrl() ||
+		len(r.GetResources()) != len(resp.GetResources()) {
+		return false
+	}
+	for i, res := range r.GetResources() {
+		if !proto.Equal(res, resp.GetResources()[i]) {
+			return false
+		}
+	}
+	return true
 }
