@@ -24,7 +24,7 @@ type XDSSettings struct {
 	XDSServer        string        `mapstructure:"xds-server"`
 	XDSNodeID        string        `mapstructure:"xds-node-id"`
 	XDSNodeMetadata  string        `mapstructure:"xds-node-metadata"`
-	XDSHeaders       string        `mapstructure:"xds-headers"`
+	XDSHeaders       Secret        `mapstructure:"xds-headers"` // may carry tokens: never printed
 	XDSRetryInterval time.Duration `mapstructure:"xds-retry-interval"`
 	XDSTLS           bool          `mapstructure:"xds-tls"`
 	XDSTLSCA         string        `mapstructure:"xds-tls-ca"`
@@ -93,7 +93,7 @@ func (x XDSSettings) headers() (map[string]string, error) {
 		return nil, nil
 	}
 	h := map[string]string{}
-	for pair := range strings.SplitSeq(x.XDSHeaders, ",") {
+	for pair := range strings.SplitSeq(string(x.XDSHeaders), ",") {
 		name, value, ok := strings.Cut(strings.TrimSpace(pair), "=")
 		if !ok || name == "" {
 			return nil, fmt.Errorf("xds-headers: %q is not name=value", pair)

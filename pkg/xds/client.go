@@ -176,7 +176,7 @@ func (c *Client) Run(ctx context.Context) error {
 			attempt = 0
 		}
 		wait := c.backoff(attempt)
-		attempt = min(attempt+1, 30)
+		attempt++
 		c.streams.Add(ctx, 1)
 		c.log.Warn("xDS stream ended; reconnecting", slog.Any("error", err), slog.Duration("after", wait))
 		t := time.NewTimer(wait)
@@ -194,10 +194,11 @@ func (c *Client) Run(ctx context.Context) error {
 // interval doubled n times, at most the maximum, less up to half of it at
 // random so that a fleet does not reconnect in step.
 func (c *Client) backoff(n int) time.Duration {
-	d := c.opts.MaxRetryInterval
-	if n < 30 && c.opts.RetryInterval<<n < d && c.opts.RetryInterval<<n > 0 {
-		d = c.opts.RetryInterval << n
+	d := c.opts.RetryInterval
+	for i := 0; i < n && d < c.opts.MaxRetryInterval; i++ {
+		d *= 2
 	}
+	d = min(d, c.opts.MaxRetryInterval)
 	return d - rand.N(d/2+1)
 }
 

@@ -17,6 +17,12 @@
 //   - An update that loads is ACKed with its version; one that does not is
 //     NACKed with the last ACKed version, the response's nonce and the
 //     validation errors in error_detail, and the previous rules stay live.
+//   - go-control-plane's server answers a NACK by offering the same
+//     version again at once. An update offered again unchanged after its
+//     NACK is refused from memory, without being built or counted again,
+//     and the refusal is held back for Options.RetryInterval, so the two
+//     sides do not spin; a newer version reaches the client at most that
+//     much later.
 //   - A resource field the compiled protos do not know is a NACK, never
 //     dropped silently.
 //   - A failed stream is reopened after a wait that starts at
