@@ -35,6 +35,7 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/telemetry"
 	"github.com/tollgatehq/tollgate/pkg/tlsfiles"
 	"github.com/tollgatehq/tollgate/pkg/version"
+	"github.com/tollgatehq/tollgate/pkg/xds"
 )
 
 // shutdownGrace bounds how long in-flight calls may take after a stop.
@@ -50,10 +51,12 @@ type App struct {
 	logger    *slog.Logger
 	telemetry *telemetry.Telemetry
 	reloader  *reload.Reloader
-	rls       *rls.Server
-	grpc      *grpc.Server
-	http      *http.Server
-	debug     *http.Server
+	// xds feeds reloader with --config-type xds; nil with files.
+	xds   *xds.Client
+	rls   *rls.Server
+	grpc  *grpc.Server
+	http  *http.Server
+	debug *http.Server
 
 	// breaker guards the Redis store; nil with the memory store.
 	breaker *breaker.Store
@@ -96,7 +99,12 @@ func (a *App) build(ctx context.Context) error {
 		tracer = a.telemetry.TracerProvider()
 	}
 
-	if a.reloader, err = newReloader(s, a.logger, meters); err != nil {
+	if s.ConfigType == "xds" {
+		a.reloader, a.xds, err = newXDS(s, a.logger, meters)
+	} else {
+		a.reloader, err = newReloader(s, a.logger, meters)
+	}
+	if err != nil {
 		return err
 	}
 
@@ -343,6 +351,9 @@ func (a *App) Run(ctx context.Context) error {
 			cancel()
 		}
 	})
+	if a.xds != nil {
+		wg.Go(func() { _ = a.xds.Run(ctx) }) // returns when ctx ends
+	}
 	wg.Go(func() { a.forwardSIGHUP(ctx) })
 	if a.breaker != nil {
 		wg.Go(func() { a.probeStore(ctx) })
@@ -350,7 +361,7 @@ func (a *App) Run(ctx context.Context) error {
 
 	grpcAddr, httpAddr, debugAddr := a.Addrs()
 	a.logger.Info("tollgate serving", "version", version.Version, "grpc", grpcAddr, "http", httpAddr, "debug", debugAddr,
-		"store", a.settings.Store, "config_dir", a.settings.ConfigDir, "config_hash", a.reloader.Status().Hash,
+		"store", a.settings.Store, "config_type", a.settings.ConfigType, "config_dir", a.settings.ConfigDir, "config_hash", a.reloader.Status().Hash,
 		"tracing", a.telemetry.Tracing())
 
 	<-ctx.Done()

@@ -80,6 +80,8 @@ type Settings struct {
 	MaxValueLen    int `mapstructure:"max-value-length"`
 	MaxHits        int `mapstructure:"max-hits"`
 	MaxPatterns    int `mapstructure:"max-patterns"`
+
+	XDSSettings `mapstructure:",squash"`
 }
 
 // maxBreakerCount bounds --breaker-failures and --breaker-probes, which
@@ -143,6 +145,7 @@ func settingsFlags(fs *pflag.FlagSet) *pflag.FlagSet {
 	fs.Int("max-value-length", 4096, "longest descriptor entry value, in bytes")
 	fs.Int("max-hits", 1_000_000, "largest hits_addend, of a request or a descriptor")
 	fs.Int("max-patterns", 1000, "most wildcard values of one key at one level of the configuration (allow and deny lists)")
+	xdsFlags(fs)
 	outer.AddFlagSet(fs)
 	return fs
 }
@@ -201,8 +204,11 @@ func loadSettings(fs *pflag.FlagSet, getenv func(string) string) (Settings, erro
 // validate reports every invalid setting.
 func (s Settings) validate() error {
 	var errs []error
-	if s.ConfigDir == "" {
+	if s.ConfigDir == "" && s.ConfigType != "xds" {
 		errs = append(errs, errors.New("config-dir: must not be empty"))
+	}
+	if err := s.XDSSettings.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	switch s.Store {
 	case "memory":

@@ -15,9 +15,14 @@
 // Events on *.yaml and *.yml files, on "..data" and on subdirectories start
 // a debounced reload. Names beginning with "." are otherwise ignored, as
 // descriptor.Load ignores them.
+//
+// Rules may also come from elsewhere, such as an xDS stream: a Reloader
+// made without a directory loads nothing itself and serves what its owner
+// hands to Apply, through the same validation, swap, status and metrics.
 package reload
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -43,10 +48,24 @@ const maxDelayFactor = 4
 // ErrNotRunning reports that Reload was called after Run returned.
 var ErrNotRunning = errors.New("reload: Run is not running")
 
-// Options configures a Reloader. Only Dir is required.
+// ErrNoDirectory reports that Reload was called on a Reloader without a
+// directory, whose rules arrive through Apply.
+var ErrNoDirectory = errors.New("reload: no configuration directory to reload")
+
+// Options configures a Reloader. The zero value makes a Reloader without
+// a directory, fed through Apply.
 type Options struct {
-	// Dir is the configuration directory.
+	// Dir is the configuration directory. Empty means the rules come from
+	// another source through Apply: New loads nothing, Run watches nothing,
+	// and Current returns Initial until the first Apply succeeds.
 	Dir string
+	// Source names a Reloader without a directory in its errors and logs,
+	// such as "xds". Empty means "external". It is ignored with a Dir.
+	Source string
+	// Initial is the tree a Reloader without a directory serves until the
+	// first Apply succeeds. Nil means none: Current returns nil, which
+	// callers take as "not ready". It is ignored with a Dir.
+	Initial *descriptor.Tree
 	// Load builds a tree from Dir. Nil means descriptor.Load with zero
 	// descriptor.Options.
 	Load func(dir string) (*descriptor.Tree, error)
@@ -82,6 +101,7 @@ type Status struct {
 // Its methods are safe for concurrent use.
 type Reloader struct {
 	dir      string
+	source   string // dir, or Options.Source without one
 	load     func(dir string) (*descriptor.Tree, error)
 	debounce time.Duration
 	log      *slog.Logger
@@ -99,6 +119,9 @@ type Reloader struct {
 	started atomic.Bool
 	stopped chan struct{}
 
+	// applyMu keeps loads and swaps one at a time, whoever asks for them.
+	applyMu sync.Mutex
+
 	mu     sync.Mutex
 	status Status
 	// lastFailure is the text of the latest failure, so that a failure
@@ -108,13 +131,12 @@ type Reloader struct {
 
 // New loads the tree in opts.Dir and returns a Reloader serving it. It fails
 // when that first load fails, so a service never starts on a broken
-// configuration. Watching starts with Run.
+// configuration. Watching starts with Run. Without a Dir, New loads
+// nothing and serves opts.Initial.
 func New(opts Options) (*Reloader, error) {
-	if opts.Dir == "" {
-		return nil, errors.New("reload: Options.Dir is empty")
-	}
 	r := &Reloader{
 		dir:      opts.Dir,
+		source:   opts.Dir,
 		load:     opts.Load,
 		debounce: opts.Debounce,
 		log:      opts.Logger,
@@ -134,7 +156,12 @@ func New(opts Options) (*Reloader, error) {
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
-	r.log = r.log.With(slog.String("component", "reload"), slog.String("dir", r.dir))
+	if r.dir != "" {
+		r.log = r.log.With(slog.String("component", "reload"), slog.String("dir", r.dir))
+	} else {
+		r.source = cmp.Or(opts.Source, "external")
+		r.log = r.log.With(slog.String("component", "reload"), slog.String("source", r.source))
+	}
 	if r.now == nil {
 		r.now = time.Now
 	}
@@ -148,6 +175,13 @@ func New(opts Options) (*Reloader, error) {
 	}
 	r.metrics = m
 
+	if r.dir == "" {
+		if opts.Initial != nil {
+			r.current.Store(opts.Initial)
+			r.status.Hash = opts.Initial.Hash()
+		}
+		return r, nil
+	}
 	if err := r.apply("initial"); err != nil {
 		// Nothing will serve the gauges; the counter keeps the failure.
 		_ = m.observer.Unregister()
@@ -202,17 +236,34 @@ func (r *Reloader) Reload(ctx context.Context) error {
 	}
 }
 
-// apply loads the configuration and, when it loaded, swaps the new tree in.
-// Only New and the coordinator call it, one at a time.
+// Apply builds a tree with load and swaps it in exactly as a reload of the
+// directory does: all or nothing, recorded in Status and the metrics, the
+// previous tree kept live on failure. It returns the failure, nil when the
+// tree loaded (changed or not). reason is logged, such as "xds version 7".
+// Apply is for a Reloader without a directory, whose owner feeds it; it
+// does not need Run and may be called from any goroutine.
+func (r *Reloader) Apply(reason string, load func() (*descriptor.Tree, error)) error {
+	return r.applyWith(reason, load)
+}
+
+// apply loads the configuration directory and, when it loaded, swaps the
+// new tree in. New and the coordinator call it.
 func (r *Reloader) apply(reason string) error {
+	return r.applyWith(reason, func() (*descriptor.Tree, error) { return r.load(r.dir) })
+}
+
+// applyWith loads a tree with load and, when it loaded, swaps it in.
+func (r *Reloader) applyWith(reason string, load func() (*descriptor.Tree, error)) error {
+	r.applyMu.Lock()
+	defer r.applyMu.Unlock()
 	start := time.Now()
-	tree, err := r.safeLoad()
+	tree, err := safeLoad(load)
 	elapsed := time.Since(start)
 	if err == nil && tree == nil {
 		err = errors.New("loader returned no tree and no error")
 	}
 	if err != nil {
-		wrapped := fmt.Errorf("loading descriptors from %s: %w", r.dir, err)
+		wrapped := fmt.Errorf("loading descriptors from %s: %w", r.source, err)
 		r.recordFailure(reason, wrapped, err)
 		return wrapped
 	}
@@ -253,15 +304,15 @@ func (r *Reloader) apply(reason string) error {
 	return nil
 }
 
-// safeLoad runs the loader, turning a panic into an error so that a bad
-// edit can never take the service down.
-func (r *Reloader) safeLoad() (tree *descriptor.Tree, err error) {
+// safeLoad runs load, turning a panic into an error so that a bad edit can
+// never take the service down.
+func safeLoad(load func() (*descriptor.Tree, error)) (tree *descriptor.Tree, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			tree, err = nil, fmt.Errorf("loader panicked: %v", p)
 		}
 	}()
-	return r.load(r.dir)
+	return load()
 }
 
 // recordFailure records err, a failed load caused by the loader's error
@@ -278,7 +329,7 @@ func (r *Reloader) recordFailure(reason string, err, cause error) {
 	r.mu.Unlock()
 	r.metrics.failure()
 
-	if r.current.Load() == nil {
+	if r.dir != "" && r.current.Load() == nil {
 		// The initial load: New returns the error to the caller.
 		return
 	}

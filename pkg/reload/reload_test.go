@@ -172,13 +172,6 @@ func TestNewFailsOnBrokenConfig(t *testing.T) {
 	}
 }
 
-func TestNewRequiresDir(t *testing.T) {
-	t.Parallel()
-	if _, err := reload.New(reload.Options{}); err == nil {
-		t.Fatal("New with no Dir succeeded")
-	}
-}
-
 func TestNewLoadsInitialTree(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

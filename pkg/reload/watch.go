@@ -30,6 +30,9 @@ func (r *Reloader) Run(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return nil
 	}
+	if r.dir == "" {
+		return r.idle(ctx)
+	}
 
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -45,6 +48,22 @@ func (r *Reloader) Run(ctx context.Context) error {
 	// A failure is recorded and logged like any other; the old tree stays.
 	_ = r.apply("start")
 	return c.loop(ctx)
+}
+
+// idle is Run for a Reloader without a directory: there is nothing to
+// watch or reload, so a Trigger is dropped and a Reload answered with
+// ErrNoDirectory until ctx is done.
+func (r *Reloader) idle(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-r.trigger:
+			r.log.Debug("reload asked for, but the rules come from " + r.source + "; nothing to do")
+		case answer := <-r.requests:
+			answer <- ErrNoDirectory
+		}
+	}
 }
 
 // coordinator is the state of the one goroutine that runs Run: the

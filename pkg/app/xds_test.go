@@ -1,0 +1,196 @@
+package app
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"google.golang.org/grpc"
+
+	"github.com/tollgatehq/tollgate/pkg/descriptor"
+	"github.com/tollgatehq/tollgate/pkg/rlsclient"
+)
+
+// startXDSServer serves go-control-plane's xDS server with a snapshot
+// cache on a loopback port until the test ends.
+func startXDSServer(t *testing.T) (addr string, cache cachev3.SnapshotCache) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache = cachev3.NewSnapshotCache(true, cachev3.IDHash{}, nil)
+	srv := grpc.NewServer()
+	discoveryv3.RegisterAggregatedDiscoveryServiceServer(srv, serverv3.NewServer(t.Context(), cache, nil))
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return lis.Addr().String(), cache
+}
+
+// startXDSApp runs an App taking its rules from the xDS server at addr and
+// returns its gRPC and HTTP addresses.
+func startXDSApp(t *testing.T, addr string, forceStart bool) (grpcAddr, httpAddr string) {
+	t.Helper()
+	s, err := DefaultSettings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.GRPCAddr, s.HTTPAddr, s.DebugAddr = "127.0.0.1:0", "127.0.0.1:0", ""
+	s.ConfigType, s.XDSServer, s.XDSNodeID, s.XDSRetryInterval = "xds", addr, "tollgate-app-test", 20*time.Millisecond
+	s.ForceStart = forceStart
+	if err := s.validate(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a, err := New(ctx, s, slog.New(slog.DiscardHandler))
+	if err != nil {
+		cancel()
+		t.Fatalf("starting tollgate: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	grpcAddr, httpAddr, _ = a.Addrs()
+	return grpcAddr, httpAddr
+}
+
+func readyz(t *testing.T, httpAddr string) int {
+	t.Helper()
+	resp, err := http.Get("http://" + httpAddr + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func TestXDSRules(t *testing.T) {
+	query := rlsclient.Request{Domain: "eg", Descriptors: [][]descriptor.Entry{{{Key: "k", Value: "v"}}}}
+	codes := func(t *testing.T, grpcAddr string, n int) []rlsv3.RateLimitResponse_Code {
+		t.Helper()
+		client, err := rlsclient.Dial(grpcAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer client.Close()
+		var out []rlsv3.RateLimitResponse_Code
+		for range n {
+			resp, err := client.Query(t.Context(), query)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, resp.GetOverallCode())
+		}
+		return out
+	}
+	poll := func(t *testing.T, cond func() bool, what string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("after 10 s: %s", what)
+			}
+			time.Sleep(5 * time.Millisecond) // polling interval, not a wait for an event
+		}
+	}
+
+	t.Run("waits for the first config", func(t *testing.T) {
+		addr, cache := startXDSServer(t)
+		grpcAddr, httpAddr := startXDSApp(t, addr, false)
+		if code := readyz(t, httpAddr); code != http.StatusServiceUnavailable {
+			t.Fatalf("/readyz before the first config = %d, want 503", code)
+		}
+		snap, err := cachev3.NewSnapshot("1", map[resourcev3.Type][]types.Resource{resourcev3.RateLimitConfigType: {
+			&rlsconfv3.RateLimitConfig{Name: "eg", Domain: "eg", Descriptors: []*rlsconfv3.RateLimitDescriptor{{
+				Key: "k", Value: "v", RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_HOUR, RequestsPerUnit: 1},
+			}}},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cache.SetSnapshot(t.Context(), "tollgate-app-test", snap); err != nil {
+			t.Fatal(err)
+		}
+		poll(t, func() bool { return readyz(t, httpAddr) == http.StatusOK }, "never ready after the first config")
+		got := codes(t, grpcAddr, 2)
+		if got[0] != rlsv3.RateLimitResponse_OK || got[1] != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("two requests against 1 an hour answered %v, want OK then OVER_LIMIT", got)
+		}
+	})
+
+	t.Run("force start", func(t *testing.T) {
+		addr, _ := startXDSServer(t)
+		grpcAddr, httpAddr := startXDSApp(t, addr, true)
+		if code := readyz(t, httpAddr); code != http.StatusOK {
+			t.Fatalf("/readyz with force start = %d, want 200", code)
+		}
+		if got := codes(t, grpcAddr, 2); got[0] != rlsv3.RateLimitResponse_OK || got[1] != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("requests with no rules answered %v, want OK, OK", got)
+		}
+	})
+}
+
+func TestXDSSettingsErrors(t *testing.T) {
+	tests := []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{args: []string{"--config-type", "grpc"}, want: `config-type: unknown type "grpc" (want file or xds)`},
+		{args: []string{"--config-type", "xds", "--xds-node-metadata", `{"a":1}`}, want: "xds-node-metadata: want a JSON object of strings: json: cannot unmarshal number into Go value of type string"},
+		{args: []string{"--config-type", "xds", "--xds-headers", "x-a=1,broken"}, want: `xds-headers: "broken" is not name=value`},
+		{args: []string{"--config-type", "xds", "--xds-retry-interval", "0s"}, want: "xds-retry-interval: must be positive, got 0s"},
+		{args: []string{"--config-type", "xds", "--xds-tls", "--xds-tls-cert", "c.pem"}, want: "xds-tls-cert, xds-tls-key: give both or neither"},
+		{env: map[string]string{"TOLLGATE_CONFIG_TYPE": "files"}, want: `config-type: unknown type "files" (want file or xds)`},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			fs := newFlagSet("serve")
+			settingsFlags(fs)
+			if err := fs.Parse(tt.args); err != nil {
+				t.Fatal(err)
+			}
+			_, err := loadSettings(fs, func(k string) string { return tt.env[k] })
+			if err == nil || err.Error() != tt.want {
+				t.Fatalf("error = %v, want %s", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestXDSSettingsFromEnvironment(t *testing.T) {
+	fs := newFlagSet("serve")
+	settingsFlags(fs)
+	env := map[string]string{
+		"TOLLGATE_CONFIG_TYPE":                        "xds",
+		"TOLLGATE_XDS_SERVER":                         "envoy-gateway:18001",
+		"TOLLGATE_XDS_NODE_METADATA":                  `{"cluster":"eg"}`,
+		"TOLLGATE_XDS_HEADERS":                        "x-a=1, X-B=2",
+		"TOLLGATE_FORCE_START_WITHOUT_INITIAL_CONFIG": "true",
+	}
+	s, err := loadSettings(fs, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	md, _ := s.nodeMetadata()
+	h, _ := s.headers()
+	if s.ConfigType != "xds" || s.XDSServer != "envoy-gateway:18001" || !s.ForceStart || md["cluster"] != "eg" || h["x-a"] != "1" || h["x-b"] != "2" {
+		t.Fatalf("settings = %+v, metadata %v, headers %v", s.XDSSettings, md, h)
+	}
+}

@@ -1,0 +1,83 @@
+package reload_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/fstest"
+
+	"github.com/tollgatehq/tollgate/pkg/descriptor"
+	"github.com/tollgatehq/tollgate/pkg/reload"
+)
+
+// treeOf builds a tree from one YAML file named name.
+func treeOf(name, yaml string) func() (*descriptor.Tree, error) {
+	return func() (*descriptor.Tree, error) {
+		return descriptor.LoadFS(fstest.MapFS{name: {Data: []byte(yaml)}}, descriptor.Options{})
+	}
+}
+
+func TestApplyWithoutDirectory(t *testing.T) {
+	empty, err := descriptor.LoadFS(fstest.MapFS{}, descriptor.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		initial *descriptor.Tree
+	}{
+		{"waits for the first tree", nil},
+		{"starts with an empty tree", empty},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := reload.New(reload.Options{Source: "xds", Initial: tc.initial})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := r.Current(); got != tc.initial {
+				t.Fatalf("Current() before Apply = %v, want the initial tree %v", got, tc.initial)
+			}
+
+			good := treeOf("xds/a.yaml", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+			if err := r.Apply("xds version 1", good); err != nil {
+				t.Fatalf("Apply(good) = %v", err)
+			}
+			live := r.Current()
+			if live == nil || live.Domain("a") == nil {
+				t.Fatalf("Current() after Apply has no domain a: %v", live)
+			}
+
+			bad := treeOf("xds/a.yaml", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
+			err = r.Apply("xds version 2", bad)
+			const want = `loading descriptors from xds: xds/a.yaml:4: k: rate_limit: unknown unit "fortnight" (want second, minute, hour, day, week, month or year)`
+			if err == nil || err.Error() != want {
+				t.Fatalf("Apply(bad) = %v, want %s", err, want)
+			}
+			if r.Current() != live {
+				t.Fatal("a failed Apply replaced the live tree")
+			}
+			st := r.Status()
+			if st.Reloads != 1 || st.Failures != 1 || st.LastError == nil || st.Hash != live.Hash() {
+				t.Fatalf("Status() = %+v, want 1 reload, 1 failure, the live hash %s and the last error", st, live.Hash())
+			}
+		})
+	}
+}
+
+func TestRunWithoutDirectory(t *testing.T) {
+	r, err := reload.New(reload.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	r.Trigger() // dropped, must not block or fail
+	if err := r.Reload(t.Context()); !errors.Is(err, reload.ErrNoDirectory) {
+		t.Fatalf("Reload() = %v, want %v", err, reload.ErrNoDirectory)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run() = %v", err)
+	}
+}
