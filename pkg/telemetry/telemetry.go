@@ -26,6 +26,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/tollgatehq/tollgate/pkg/version"
 )
 
 // DefaultServiceName is the service.name used when Options.ServiceName is
@@ -47,6 +49,10 @@ type Options struct {
 	// propagates through them. With an exporter, every span is sampled
 	// unless its parent was not.
 	SpanExporter sdktrace.SpanExporter
+	// Build, when its Version is set, is served as the gauge
+	// tollgate_build_info{version,revision,goversion} with the value 1, the
+	// Prometheus convention for telling which build a target runs.
+	Build version.Info
 	// Logger receives errors met while serving /metrics. Nil discards them.
 	Logger *slog.Logger
 }
@@ -92,7 +98,15 @@ func Setup(ctx context.Context, opts Options) (*Telemetry, error) {
 	if err := registry.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
 		return nil, fmt.Errorf("telemetry: registering process collector: %w", err)
 	}
-	exporter, err := otelprom.New(otelprom.WithRegisterer(registry))
+	if opts.Build.Version != "" {
+		if err := registry.Register(buildInfo(opts.Build)); err != nil {
+			return nil, fmt.Errorf("telemetry: registering build info: %w", err)
+		}
+	}
+	// Without scope info, series carry no otel_scope_* labels: every
+	// instrument has one scope, so they only repeat the package name. The
+	// resource stays, once, in target_info.
+	exporter, err := otelprom.New(otelprom.WithRegisterer(registry), otelprom.WithoutScopeInfo())
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: creating Prometheus exporter: %w", err)
 	}
@@ -153,6 +167,21 @@ func (t *Telemetry) Shutdown(ctx context.Context) error {
 		)
 	})
 	return t.shutdownErr
+}
+
+// buildInfo returns the tollgate_build_info gauge of b.
+func buildInfo(b version.Info) prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "tollgate_build_info",
+		Help: "Always 1; the labels name the version, the VCS revision and the Go version of the running build.",
+		ConstLabels: prometheus.Labels{
+			"version":   b.Version,
+			"revision":  b.Revision,
+			"goversion": b.GoVersion,
+		},
+	})
+	g.Set(1)
+	return g
 }
 
 // promLogger passes promhttp's error messages to slog.
