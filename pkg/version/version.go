@@ -7,6 +7,9 @@
 //
 //	go build -ldflags "-X github.com/tollgatehq/tollgate/pkg/version.Version=v1.2.3" ./cmd/tollgate
 //
+// and may stamp the commit as well, as version.Revision, where the build
+// has no .git directory to take it from.
+//
 // A build without the flag reports the module version that the go command
 // recorded (`go install ...@v1.2.3` records v1.2.3; a build in a git
 // checkout records a pseudo-version), or "dev" when there is none, as
@@ -22,6 +25,11 @@ import (
 // printed it, or "dev". It is a variable only so that the linker can set
 // it; nothing assigns it at run time.
 var Version = "dev"
+
+// Revision, when the linker sets it as it sets Version, is the commit the
+// binary was built from, and wins over the build's VCS stamp: builds
+// without the .git directory, such as most container builds, have none.
+var Revision = ""
 
 // Unknown stands for a revision that the build did not record, as in a
 // build outside a git checkout, with -buildvcs=false, or under go test.
@@ -45,7 +53,11 @@ func Read() Info {
 	if !ok {
 		bi = nil
 	}
-	return FromBuildInfo(Version, bi)
+	info := FromBuildInfo(Version, bi)
+	if Revision != "" {
+		info.Revision = Revision
+	}
+	return info
 }
 
 // FromBuildInfo returns the Info of a build whose linker-stamped Version
