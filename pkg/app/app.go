@@ -30,6 +30,7 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/store/memory"
 	"github.com/tollgatehq/tollgate/pkg/store/redis"
 	"github.com/tollgatehq/tollgate/pkg/telemetry"
+	"github.com/tollgatehq/tollgate/pkg/version"
 )
 
 // shutdownGrace bounds how long in-flight calls may take after a stop.
@@ -42,6 +43,7 @@ const streamWorkers = 256
 // on them until its context ends.
 type App struct {
 	settings  Settings
+	buildInfo version.Info
 	logger    *slog.Logger
 	telemetry *telemetry.Telemetry
 	reloader  *reload.Reloader
@@ -62,7 +64,7 @@ type App struct {
 // New loads the configuration, builds every component and binds the
 // listeners. It fails if the descriptor configuration is invalid.
 func New(ctx context.Context, s Settings, logger *slog.Logger) (*App, error) {
-	a := &App{settings: s, logger: logger}
+	a := &App{settings: s, logger: logger, buildInfo: version.Read()}
 	if err := a.build(ctx); err != nil {
 		a.close()
 		return nil, err
@@ -80,7 +82,7 @@ func (a *App) build(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if a.telemetry, err = telemetry.Setup(ctx, telemetry.Options{}); err != nil {
+	if a.telemetry, err = telemetry.Setup(ctx, telemetry.Options{ServiceVersion: a.buildInfo.Version, Build: a.buildInfo}); err != nil {
 		return fmt.Errorf("setting up telemetry: %w", err)
 	}
 	meters := a.telemetry.MeterProvider()
@@ -250,6 +252,7 @@ func (a *App) debugHandler() http.Handler {
 	mux.HandleFunc("GET /debug/config", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		st := a.reloader.Status()
+		fmt.Fprintf(w, "# tollgate %s, revision %s, %s\n", a.buildInfo.Version, a.buildInfo.Revision, a.buildInfo.GoVersion)
 		fmt.Fprintf(w, "# hash %s, loaded %s\n", st.Hash, st.LastSuccess.Format(time.RFC3339))
 		if st.LastError != nil {
 			fmt.Fprintf(w, "# last reload failed, previous configuration kept:\n# %v\n", st.LastError)
