@@ -82,7 +82,10 @@ func (a *App) build(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if a.telemetry, err = telemetry.Setup(ctx, telemetry.Options{ServiceVersion: a.buildInfo.Version, Build: a.buildInfo}); err != nil {
+	if a.telemetry, err = telemetry.Setup(ctx, telemetry.Options{
+		ServiceVersion: a.buildInfo.Version,
+		Build:          telemetry.BuildInfo{Version: a.buildInfo.Version, Revision: a.buildInfo.Revision, GoVersion: a.buildInfo.GoVersion},
+	}); err != nil {
 		return fmt.Errorf("setting up telemetry: %w", err)
 	}
 	meters := a.telemetry.MeterProvider()

@@ -26,8 +26,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/tollgatehq/tollgate/pkg/version"
 )
 
 // DefaultServiceName is the service.name used when Options.ServiceName is
@@ -40,6 +38,10 @@ type Options struct {
 	// DefaultServiceName. OTEL_SERVICE_NAME, when set, wins, as do the
 	// attributes in OTEL_RESOURCE_ATTRIBUTES.
 	ServiceName string
+	// Build, when its Version is set, is served as the gauge
+	// tollgate_build_info{version,revision,goversion} with the value 1, the
+	// Prometheus convention for telling which build a target runs.
+	Build BuildInfo
 	// ServiceVersion is the service.version resource attribute; empty
 	// leaves it out.
 	ServiceVersion string
@@ -49,12 +51,18 @@ type Options struct {
 	// propagates through them. With an exporter, every span is sampled
 	// unless its parent was not.
 	SpanExporter sdktrace.SpanExporter
-	// Build, when its Version is set, is served as the gauge
-	// tollgate_build_info{version,revision,goversion} with the value 1, the
-	// Prometheus convention for telling which build a target runs.
-	Build version.Info
 	// Logger receives errors met while serving /metrics. Nil discards them.
 	Logger *slog.Logger
+}
+
+// BuildInfo names the running build.
+type BuildInfo struct {
+	// Version is the release, such as v1.2.3.
+	Version string
+	// Revision is the VCS commit the build came from.
+	Revision string
+	// GoVersion is the Go toolchain that built it, such as go1.26.8.
+	GoVersion string
 }
 
 // Telemetry owns the meter and tracer providers and the Prometheus
@@ -170,7 +178,7 @@ func (t *Telemetry) Shutdown(ctx context.Context) error {
 }
 
 // buildInfo returns the tollgate_build_info gauge of b.
-func buildInfo(b version.Info) prometheus.Gauge {
+func buildInfo(b BuildInfo) prometheus.Gauge {
 	g := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "tollgate_build_info",
 		Help: "Always 1; the labels name the version, the VCS revision and the Go version of the running build.",

@@ -16,7 +16,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/tollgatehq/tollgate/pkg/telemetry"
-	"github.com/tollgatehq/tollgate/pkg/version"
 )
 
 func setup(t *testing.T, opts telemetry.Options) *telemetry.Telemetry {
@@ -92,13 +91,13 @@ func TestNoScopeLabels(t *testing.T) {
 func TestBuildInfo(t *testing.T) {
 	tests := []struct {
 		name  string
-		build version.Info
+		build telemetry.BuildInfo
 		want  string // the series, "" for none
 	}{
 		{name: "unset"},
 		{
 			name:  "set",
-			build: version.Info{Version: "v1.2.3", Revision: "abc-modified", GoVersion: "go1.26.8"},
+			build: telemetry.BuildInfo{Version: "v1.2.3", Revision: "abc-modified", GoVersion: "go1.26.8"},
 			want:  `tollgate_build_info{goversion="go1.26.8",revision="abc-modified",version="v1.2.3"} 1`,
 		},
 	}

@@ -1,93 +1,13 @@
-// Package version says which build of tollgate is running: its version,
-// the commit it was built from and the Go toolchain that built it, as
-// `tollgate version`, /debug/config and the tollgate_build_info metric
-// report them.
+// Package version holds the version that a build stamps into tollgate.
 //
-// `make build` and the Dockerfile stamp the version with the linker:
+// `make build` and the Dockerfile set it with the linker:
 //
 //	go build -ldflags "-X github.com/tollgatehq/tollgate/pkg/version.Version=v1.2.3" ./cmd/tollgate
 //
-// and may stamp the commit as well, as version.Revision, where the build
-// has no .git directory to take it from.
-//
-// A build without the flag reports the module version that the go command
-// recorded (`go install ...@v1.2.3` records v1.2.3; a build in a git
-// checkout records a pseudo-version), or "dev" when there is none, as
-// under go test. The commit always comes from the build's VCS stamp.
+// A build without the flag (go run, go test, go install) reports "dev".
 package version
-
-import (
-	"runtime"
-	"runtime/debug"
-)
 
 // Version is the release this binary was built from, as `git describe`
 // printed it, or "dev". It is a variable only so that the linker can set
 // it; nothing assigns it at run time.
 var Version = "dev"
-
-// Revision, when the linker sets it as it sets Version, is the commit the
-// binary was built from, and wins over the build's VCS stamp: builds
-// without the .git directory, such as most container builds, have none.
-var Revision = ""
-
-// Unknown stands for a revision that the build did not record, as in a
-// build outside a git checkout, with -buildvcs=false, or under go test.
-const Unknown = "unknown"
-
-// Info describes one build.
-type Info struct {
-	// Version is the linker-stamped Version, else the module version the
-	// go command recorded, else "dev".
-	Version string
-	// Revision is the commit the build came from, with "-modified"
-	// appended when the work tree had uncommitted changes, or Unknown.
-	Revision string
-	// GoVersion is the Go toolchain that built the binary, as go1.26.8.
-	GoVersion string
-}
-
-// Read returns the running binary's Info.
-func Read() Info {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		bi = nil
-	}
-	info := FromBuildInfo(Version, bi)
-	if Revision != "" {
-		info.Revision = Revision
-	}
-	return info
-}
-
-// FromBuildInfo returns the Info of a build whose linker-stamped Version
-// is stamped and whose recorded build information is bi, which may be nil
-// when the binary carries none.
-func FromBuildInfo(stamped string, bi *debug.BuildInfo) Info {
-	info := Info{Version: stamped, Revision: Unknown, GoVersion: runtime.Version()}
-	if info.Version == "" {
-		info.Version = "dev"
-	}
-	if bi == nil {
-		return info
-	}
-	if bi.GoVersion != "" {
-		info.GoVersion = bi.GoVersion
-	}
-	if info.Version == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		info.Version = bi.Main.Version
-	}
-	var modified bool
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			info.Revision = s.Value
-		case "vcs.modified":
-			modified = s.Value == "true"
-		}
-	}
-	if modified && info.Revision != Unknown {
-		info.Revision += "-modified"
-	}
-	return info
-}
