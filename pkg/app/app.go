@@ -255,8 +255,9 @@ func (a *App) debugHandler() http.Handler {
 	mux.HandleFunc("GET /debug/config", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		st := a.reloader.Status()
-		fmt.Fprintf(w, "# tollgate %s, revision %s, %s\n", a.buildInfo.Version, a.buildInfo.Revision, a.buildInfo.GoVersion)
+		// The hash comes first: the README's `head -1` shows a reload.
 		fmt.Fprintf(w, "# hash %s, loaded %s\n", st.Hash, st.LastSuccess.Format(time.RFC3339))
+		fmt.Fprintf(w, "# tollgate %s, revision %s, %s\n", a.buildInfo.Version, a.buildInfo.Revision, a.buildInfo.GoVersion)
 		if st.LastError != nil {
 			fmt.Fprintf(w, "# last reload failed, previous configuration kept:\n# %v\n", st.LastError)
 		}

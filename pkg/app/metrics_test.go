@@ -204,8 +204,9 @@ func TestBuildInfoServed(t *testing.T) {
 		t.Errorf("/metrics lacks %s", metric)
 	}
 	line := "# tollgate " + b.Version + ", revision " + b.Revision + ", " + b.GoVersion + "\n"
-	if body := httpGet(t, "http://"+svc.debugAddr+"/debug/config"); !strings.HasPrefix(body, line) {
-		t.Errorf("/debug/config does not begin with %q:\n%s", line, body)
+	body := httpGet(t, "http://"+svc.debugAddr+"/debug/config")
+	if lines := strings.SplitAfterN(body, "\n", 3); len(lines) < 3 || !strings.HasPrefix(lines[0], "# hash ") || lines[1] != line {
+		t.Errorf("/debug/config does not begin with its hash line, then %q:\n%s", line, body)
 	}
 	_, out, _ := runMain("version")
 	if want := "tollgate " + b.Version + "\nrevision: " + b.Revision + "\ngo: " + b.GoVersion + "\n"; out != want {
