@@ -48,6 +48,7 @@ const streamWorkers = 256
 // on them until its context ends.
 type App struct {
 	settings  Settings
+	buildInfo version.Info
 	logger    *slog.Logger
 	telemetry *telemetry.Telemetry
 	reloader  *reload.Reloader
@@ -72,7 +73,7 @@ type App struct {
 // New loads the configuration, builds every component and binds the
 // listeners. It fails if the descriptor configuration is invalid.
 func New(ctx context.Context, s Settings, logger *slog.Logger) (*App, error) {
-	a := &App{settings: s, logger: logger}
+	a := &App{settings: s, logger: logger, buildInfo: version.Read()}
 	if err := a.build(ctx); err != nil {
 		a.close()
 		return nil, err
@@ -90,7 +91,10 @@ func (a *App) build(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if a.telemetry, err = telemetry.Setup(ctx, s.telemetryOptions()); err != nil {
+	topts := s.telemetryOptions()
+	topts.ServiceVersion = a.buildInfo.Version
+	topts.Build = telemetry.BuildInfo{Version: a.buildInfo.Version, Revision: a.buildInfo.Revision, GoVersion: a.buildInfo.GoVersion}
+	if a.telemetry, err = telemetry.Setup(ctx, topts); err != nil {
 		return fmt.Errorf("setting up telemetry: %w", err)
 	}
 	meters := a.telemetry.MeterProvider()
@@ -300,7 +304,9 @@ func (a *App) debugHandler() http.Handler {
 	mux.HandleFunc("GET /debug/config", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		st := a.reloader.Status()
+		// The hash comes first: the README's `head -1` shows a reload.
 		fmt.Fprintf(w, "# hash %s, loaded %s\n", st.Hash, st.LastSuccess.Format(time.RFC3339))
+		fmt.Fprintf(w, "# tollgate %s, revision %s, %s\n", a.buildInfo.Version, a.buildInfo.Revision, a.buildInfo.GoVersion)
 		if st.LastError != nil {
 			fmt.Fprintf(w, "# last reload failed, previous configuration kept:\n# %v\n", st.LastError)
 		}
@@ -360,7 +366,7 @@ func (a *App) Run(ctx context.Context) error {
 	}
 
 	grpcAddr, httpAddr, debugAddr := a.Addrs()
-	a.logger.Info("tollgate serving", "version", version.Version, "grpc", grpcAddr, "http", httpAddr, "debug", debugAddr,
+	a.logger.Info("tollgate serving", "version", a.buildInfo.Version, "grpc", grpcAddr, "http", httpAddr, "debug", debugAddr,
 		"store", a.settings.Store, "config_type", a.settings.ConfigType, "config_dir", a.settings.ConfigDir, "config_hash", a.reloader.Status().Hash,
 		"tracing", a.telemetry.Tracing())
 

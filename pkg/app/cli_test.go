@@ -84,14 +84,21 @@ func TestUsageErrors(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
+		{[]string{"frobnicate"}, 2, `tollgate: unknown command "frobnicate" for "tollgate"`},
+		{[]string{"serv"}, 2, "Did you mean this?\n\tserve\n"},
 		{[]string{"check", "a", "b"}, 2, "want at most one configuration directory, got 2 arguments"},
 		{[]string{"check"}, 1, "loading descriptors from config: "},
 		{[]string{"check", "../../config-examples", "--failure-mode", "maybe"}, 1, `failure-mode: unknown failure mode "maybe"`},
 		{[]string{"explain", "../../config-examples", "--domain", "tiers", "--descriptor", "novalue"}, 2, `entry "novalue" is not key=value`},
 		{[]string{"query", "--domain", "x"}, 2, "--domain and at least one --descriptor are required"},
 		{[]string{"serve", "--store", "etcd"}, 1, `unknown store "etcd"`},
-		{[]string{"serve", "--no-such-flag"}, 1, "unknown flag: --no-such-flag"},
+		{[]string{"serve", "--no-such-flag"}, 2, "tollgate serve: usage: unknown flag: --no-such-flag\n"},
+		{[]string{"--no-such-flag"}, 2, "tollgate serve: usage: unknown flag: --no-such-flag\n"},
+		{[]string{"--store", "etcd"}, 1, `tollgate serve: store: unknown store "etcd"`},
+		{[]string{"serve", "extra"}, 2, "tollgate serve: usage: unexpected arguments [\"extra\"]\n"},
+		{[]string{"check", "--max-patterns", "many"}, 2, `tollgate check: usage: invalid argument "many" for "--max-patterns" flag`},
+		{[]string{"query", "extra"}, 2, "tollgate query: usage: unexpected arguments [\"extra\"]\n"},
+		{[]string{"version", "extra"}, 2, "tollgate version: usage: unexpected arguments [\"extra\"]\n"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

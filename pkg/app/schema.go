@@ -3,19 +3,21 @@ package app
 import (
 	"io"
 
+	"github.com/spf13/cobra"
+
 	"github.com/tollgatehq/tollgate/api"
 )
 
-// schema prints the JSON Schema of descriptor configuration files, for
-// editors and CI linters that validate rule files.
-func schema(args []string, stdout io.Writer) error {
-	fs := newFlagSet("schema")
-	if err := fs.Parse(args); err != nil {
-		return err
+// newSchemaCommand prints the JSON Schema of descriptor configuration
+// files, for editors and CI linters that validate rule files.
+func newSchemaCommand(c cli) *cobra.Command {
+	return &cobra.Command{
+		Use:   "schema",
+		Short: "Print the JSON Schema of descriptor configuration files",
+		Args:  noArgs,
+		RunE: func(*cobra.Command, []string) error {
+			_, err := io.WriteString(c.stdout, api.DescriptorSchema())
+			return err
+		},
 	}
-	if fs.NArg() > 0 {
-		return usageError("unexpected arguments %q", fs.Args())
-	}
-	_, err := io.WriteString(stdout, api.DescriptorSchema())
-	return err
 }

@@ -33,7 +33,7 @@ func TestSchemaUsage(t *testing.T) {
 		t.Errorf("schema extra: exit %d, stderr %q; want exit 2, stderr %q", code, errOut, want)
 	}
 	code, out, _ := runMain("help")
-	if want := "tollgate schema "; code != 0 || !strings.Contains(out, want) {
+	if want := "\n  schema      "; code != 0 || !strings.Contains(out, want) {
 		t.Errorf("help: exit %d, lacks %q:\n%s", code, want, out)
 	}
 }

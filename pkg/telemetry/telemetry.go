@@ -59,6 +59,10 @@ type Options struct {
 	// DefaultServiceName. OTEL_SERVICE_NAME, when set, wins, as do the
 	// attributes in OTEL_RESOURCE_ATTRIBUTES.
 	ServiceName string
+	// Build, when its Version is set, is served as the gauge
+	// tollgate_build_info{version,revision,goversion} with the value 1, the
+	// Prometheus convention for telling which build a target runs.
+	Build BuildInfo
 	// ServiceVersion is the service.version resource attribute; empty
 	// leaves it out.
 	ServiceVersion string
@@ -80,6 +84,16 @@ type Options struct {
 	BatchTimeout time.Duration
 	// Logger receives errors met while serving /metrics. Nil discards them.
 	Logger *slog.Logger
+}
+
+// BuildInfo names the running build.
+type BuildInfo struct {
+	// Version is the release, such as v1.2.3.
+	Version string
+	// Revision is the VCS commit the build came from.
+	Revision string
+	// GoVersion is the Go toolchain that built it, such as go1.26.8.
+	GoVersion string
 }
 
 // Telemetry owns the meter and tracer providers and the Prometheus
@@ -124,7 +138,15 @@ func Setup(ctx context.Context, opts Options) (*Telemetry, error) {
 	if err := registry.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
 		return nil, fmt.Errorf("telemetry: registering process collector: %w", err)
 	}
-	exporter, err := otelprom.New(otelprom.WithRegisterer(registry))
+	if opts.Build.Version != "" {
+		if err := registry.Register(buildInfo(opts.Build)); err != nil {
+			return nil, fmt.Errorf("telemetry: registering build info: %w", err)
+		}
+	}
+	// Without scope info, series carry no otel_scope_* labels: every
+	// instrument has one scope, so they only repeat the package name. The
+	// resource stays, once, in target_info.
+	exporter, err := otelprom.New(otelprom.WithRegisterer(registry), otelprom.WithoutScopeInfo())
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: creating Prometheus exporter: %w", err)
 	}
@@ -253,6 +275,21 @@ func (t *Telemetry) Shutdown(ctx context.Context) error {
 		t.shutdownErr = errors.Join(traceErr, t.meterProvider.Shutdown(ctx))
 	})
 	return t.shutdownErr
+}
+
+// buildInfo returns the tollgate_build_info gauge of b.
+func buildInfo(b BuildInfo) prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "tollgate_build_info",
+		Help: "Always 1; the labels name the version, the VCS revision and the Go version of the running build.",
+		ConstLabels: prometheus.Labels{
+			"version":   b.Version,
+			"revision":  b.Revision,
+			"goversion": b.GoVersion,
+		},
+	})
+	g.Set(1)
+	return g
 }
 
 // promLogger passes promhttp's error messages to slog.

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 
@@ -65,6 +66,49 @@ func TestHandlerServesMeterProviderCounter(t *testing.T) {
 		if !regexp.MustCompile(want).MatchString(body) {
 			t.Errorf("scrape has no line matching %s; got:\n%s", want, body)
 		}
+	}
+}
+
+// TestNoScopeLabels checks that the exporter adds no otel_scope_* labels
+// to the series, nor an otel_scope_info series.
+func TestNoScopeLabels(t *testing.T) {
+	tel := setup(t, telemetry.Options{})
+	counter, err := tel.MeterProvider().Meter("github.com/tollgatehq/tollgate/pkg/x", metric.WithInstrumentationVersion("v1")).
+		Int64Counter("tollgate.test.hits")
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter.Add(t.Context(), 1, metric.WithAttributes(attribute.String("rule", "a")))
+	body := scrape(t, tel.Handler())
+	if want := "\ntollgate_test_hits_total{rule=\"a\"} 1\n"; !strings.Contains(body, want) {
+		t.Errorf("scrape lacks %q; got:\n%s", want, body)
+	}
+	if strings.Contains(body, "otel_scope") {
+		t.Errorf("scrape names the instrumentation scope:\n%s", body)
+	}
+}
+
+func TestBuildInfo(t *testing.T) {
+	tests := []struct {
+		name  string
+		build telemetry.BuildInfo
+		want  string // the series, "" for none
+	}{
+		{name: "unset"},
+		{
+			name:  "set",
+			build: telemetry.BuildInfo{Version: "v1.2.3", Revision: "abc-modified", GoVersion: "go1.26.8"},
+			want:  `tollgate_build_info{goversion="go1.26.8",revision="abc-modified",version="v1.2.3"} 1`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			body := scrape(t, setup(t, telemetry.Options{Build: tt.build}).Handler())
+			got := regexp.MustCompile(`(?m)^tollgate_build_info.*$`).FindString(body)
+			if got != tt.want {
+				t.Errorf("build info series %q, want %q", got, tt.want)
+			}
+		})
 	}
 }
 

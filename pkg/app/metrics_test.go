@@ -1,0 +1,216 @@
+package app
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+
+	"github.com/tollgatehq/tollgate/integration/redistest"
+	"github.com/tollgatehq/tollgate/pkg/descriptor"
+	"github.com/tollgatehq/tollgate/pkg/rlsclient"
+	"github.com/tollgatehq/tollgate/pkg/version"
+)
+
+// runningApp is a tollgate serving on loopback ports until the test ends.
+type runningApp struct {
+	grpcAddr, httpAddr, debugAddr string
+}
+
+// serveTest starts a tollgate serving the configuration in dir on the
+// memory store; tweak, if not nil, changes its settings first.
+func serveTest(t *testing.T, dir string, tweak func(*Settings)) runningApp {
+	t.Helper()
+	s, err := DefaultSettings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.ConfigDir, s.GRPCAddr, s.HTTPAddr, s.DebugAddr = dir, "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	if tweak != nil {
+		tweak(&s)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a, err := New(ctx, s, slog.New(slog.DiscardHandler))
+	if err != nil {
+		cancel()
+		t.Fatalf("starting tollgate: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("Run did not return within 10 s of the stop")
+		}
+	})
+	var r runningApp
+	r.grpcAddr, r.httpAddr, r.debugAddr = a.Addrs()
+	return r
+}
+
+func httpGet(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s\n%s", url, resp.Status, body)
+	}
+	return string(body)
+}
+
+// lintConfig allows 3 hits a minute per key k and denies key blocked.
+const lintConfig = `domain: lint
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 3, name: per_key}
+  - key: blocked
+    action: deny
+`
+
+// TestMetricsLint scrapes a running tollgate after a few decisions and
+// holds every series to the Prometheus conventions that promlint checks:
+// names, base units, _total on counters, help text. No problem is
+// exempted. It runs on the memory store and on a real Redis, whose store
+// and circuit breaker add their own series.
+func TestMetricsLint(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "lint.yaml"), []byte(lintConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var redisServer *redistest.Server
+	tests := []struct {
+		name  string
+		tweak func(*testing.T, *Settings)
+		// fail, if not nil, breaks the store before one more decision, so
+		// that the error series appear too.
+		fail func()
+		want []string // series the scrape must hold, beyond the decisions
+		// wantRE are patterns of more series the scrape must hold.
+		wantRE []string
+	}{
+		{name: "memory", want: []string{"tollgate_check_duration_seconds_count 6"}},
+		{
+			name: "redis",
+			tweak: func(t *testing.T, s *Settings) {
+				redisServer = redistest.StartStandalone(t)
+				s.Store, s.RedisAddrs, s.BreakerFailures = "redis", []string{redisServer.Addr}, 1
+			},
+			fail: func() { redisServer.Kill() },
+			// Refused at once (redis), or not within --store-timeout on a
+			// loaded machine (context).
+			// The script is loaded at start, and again when a decision's
+			// prepare raced the first one.
+			wantRE: []string{`tollgate_redis_errors_total\{reason="(redis|context)"\} 1`, `tollgate_redis_script_loads_total [12]`},
+			want: []string{
+				`tollgate_decisions_total{domain="lint",limit="",result="degraded",rule="k"} 1`,
+				"tollgate_check_duration_seconds_count 7",
+				`tollgate_store_errors_total 1`,
+				`tollgate_breaker_state{breaker="redis"} 2`,
+				`tollgate_breaker_changes_total{breaker="redis",to="open"} 1`,
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			svc := serveTest(t, dir, func(s *Settings) {
+				if tt.tweak != nil {
+					tt.tweak(t, s)
+				}
+			})
+			client, err := rlsclient.Dial(svc.grpcAddr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer client.Close()
+			decide := func(d string) {
+				t.Helper()
+				entries, err := rlsclient.ParseDescriptor(d)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				if _, err := client.Query(ctx, rlsclient.Request{Domain: "lint", Descriptors: [][]descriptor.Entry{entries}}); err != nil {
+					t.Fatalf("ShouldRateLimit %s: %v", d, err)
+				}
+			}
+			for _, d := range []string{"k=a", "k=a", "k=a", "k=a", "k=a", "blocked=x"} {
+				decide(d)
+			}
+			if tt.fail != nil {
+				tt.fail()
+				decide("k=b")
+			}
+
+			body := httpGet(t, "http://"+svc.httpAddr+"/metrics")
+			for _, want := range append([]string{
+				`tollgate_decisions_total{domain="lint",limit="per_key",result="ok",rule="k"} 3`,
+				`tollgate_decisions_total{domain="lint",limit="per_key",result="over_limit",rule="k"} 2`,
+				`tollgate_decisions_total{domain="lint",limit="",result="denylist",rule="blocked"} 1`,
+				"tollgate_config_last_reload_successful 1",
+			}, tt.want...) {
+				if !strings.Contains(body, "\n"+want+"\n") {
+					t.Errorf("scrape lacks the line %s", want)
+				}
+			}
+			for _, want := range tt.wantRE {
+				if !regexp.MustCompile(`(?m)^` + want + `$`).MatchString(body) {
+					t.Errorf("scrape has no line matching %s", want)
+				}
+			}
+			if strings.Contains(body, "otel_scope") {
+				t.Error("scrape names OpenTelemetry instrumentation scopes")
+			}
+			problems, err := promlint.New(strings.NewReader(body)).Lint()
+			if err != nil {
+				t.Fatalf("linting the scrape: %v", err)
+			}
+			for _, p := range problems {
+				t.Errorf("metric %s: %s", p.Metric, p.Text)
+			}
+			if t.Failed() {
+				t.Logf("scrape:\n%s", body)
+			}
+		})
+	}
+}
+
+// TestBuildInfoServed checks that /metrics and /debug/config name the
+// build that `tollgate version` prints.
+func TestBuildInfoServed(t *testing.T) {
+	svc := serveTest(t, "../../config-examples", nil)
+	b := version.Read()
+	metric := `tollgate_build_info{goversion="` + b.GoVersion + `",revision="` + b.Revision + `",version="` + b.Version + `"} 1`
+	if body := httpGet(t, "http://"+svc.httpAddr+"/metrics"); !strings.Contains(body, "\n"+metric+"\n") {
+		t.Errorf("/metrics lacks %s", metric)
+	}
+	line := "# tollgate " + b.Version + ", revision " + b.Revision + ", " + b.GoVersion + "\n"
+	body := httpGet(t, "http://"+svc.debugAddr+"/debug/config")
+	if lines := strings.SplitAfterN(body, "\n", 3); len(lines) < 3 || !strings.HasPrefix(lines[0], "# hash ") || lines[1] != line {
+		t.Errorf("/debug/config does not begin with its hash line, then %q:\n%s", line, body)
+	}
+	_, out, _ := runMain("version")
+	if want := "tollgate " + b.Version + "\nrevision: " + b.Revision + "\ngo: " + b.GoVersion + "\n"; out != want {
+		t.Errorf("tollgate version printed %q, want %q", out, want)
+	}
+}
