@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -106,6 +107,104 @@ func BenchmarkApplyKeys(b *testing.B) {
 	})
 	b.StopTimer()
 	m.report(b)
+}
+
+// BenchmarkPair sends, per decision, what envoyproxy/ratelimit sends for
+// one fixed-window hit: INCRBY and EXPIRE of the key of the current second,
+// in one go-redis pipeline (one round trip), so that the cost of its pair of
+// commands is measured by the same method as BenchmarkApply's (serial) and
+// BenchmarkApplyKeys's (64 goroutines, 10 000 keys). Beside redis-us/op it
+// reports commands-us/op, the time INFO commandstats gives INCRBY and
+// EXPIRE; scriptcalls/op is 0 and roundtrips/op 1 by construction.
+func BenchmarkPair(b *testing.B) {
+	const keys = 10_000
+	names := make([]string, keys)
+	for i := range names {
+		names[i] = "k" + strconv.Itoa(i)
+	}
+	for _, parallel := range []int{0, 64} {
+		name := "serial"
+		if parallel > 0 {
+			name = fmt.Sprintf("goroutines=%d", parallel)
+		}
+		b.Run(name, func(b *testing.B) {
+			client := standalone(b).client(b)
+			pair := func(ctx context.Context, key string) error {
+				now := time.Now().Unix()
+				k := "ratelimit_bench_" + key + "_" + strconv.FormatInt(now, 10)
+				_, err := client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+					p.IncrBy(ctx, k, 1)
+					p.Expire(ctx, k, time.Second)
+					return nil
+				})
+				return err
+			}
+			if err := pair(context.Background(), "warm-up"); err != nil {
+				b.Fatal(err)
+			}
+			var trips atomic.Int64
+			m := startMeasuring(b, client, func(name string) int64 {
+				if name == "tollgate_redis_round_trips" {
+					return trips.Load()
+				}
+				return 0
+			})
+			commands0 := commandCPU(b, client, "cmdstat_incrby", "cmdstat_expire")
+			var seed atomic.Uint64
+			b.ReportAllocs()
+			b.ResetTimer()
+			if parallel == 0 {
+				for range b.N {
+					if err := pair(context.Background(), "serial"); err != nil {
+						b.Fatal(err)
+					}
+					trips.Add(1)
+				}
+			} else {
+				b.SetParallelism(max(1, parallel/runtime.GOMAXPROCS(0)))
+				b.RunParallel(func(pb *testing.PB) {
+					rng := rand.New(rand.NewPCG(seed.Add(1), 0))
+					for pb.Next() {
+						if err := pair(context.Background(), names[rng.IntN(keys)]); err != nil {
+							b.Error(err)
+							return
+						}
+						trips.Add(1)
+					}
+				})
+			}
+			b.StopTimer()
+			m.report(b)
+			b.ReportMetric((commandCPU(b, client, "cmdstat_incrby", "cmdstat_expire")-commands0)/float64(b.N), "commands-us/op")
+		})
+	}
+}
+
+// commandCPU returns the time INFO commandstats gives the named commands
+// (its cmdstat_ lines), in µs.
+func commandCPU(b *testing.B, client goredis.UniversalClient, names ...string) float64 {
+	b.Helper()
+	info, err := client.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatalf("INFO: %v", err)
+	}
+	var usec float64
+	for _, line := range strings.Split(info, "\r\n") {
+		name, value, _ := strings.Cut(line, ":")
+		if !slices.Contains(names, name) {
+			continue
+		}
+		for _, field := range strings.Split(value, ",") {
+			if k, v, _ := strings.Cut(field, "="); k == "usec" {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					b.Fatalf("INFO %s: %v", line, err)
+				}
+				usec += f
+			}
+		}
+	}
+	return usec
 }
 
 // measuring holds the counters a benchmark reports per decision.
