@@ -1,15 +1,14 @@
 package integration
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/tollgatehq/tollgate/integration/redistest"
 	"github.com/tollgatehq/tollgate/pkg/app"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
+	"github.com/tollgatehq/tollgate/pkg/logtest"
 	"github.com/tollgatehq/tollgate/pkg/store/redis"
 	"github.com/tollgatehq/tollgate/pkg/tlsfiles/tlsfilestest"
 )
@@ -26,7 +25,7 @@ func TestSecretsStayOut(t *testing.T) {
 		"url":     func(s *app.Settings) { s.RedisAddrs = []string{"redis://:" + inURL + "@" + srv.Addr + "/0"} },
 	} {
 		t.Run(name, func(t *testing.T) {
-			var logs lockedBuffer
+			var logs logtest.Buffer
 			// go-redis's own lines too; serve routes them the same way.
 			redis.RouteClientLogs(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 			t.Cleanup(func() { redis.RouteClientLogs(slog.New(slog.DiscardHandler)) })
@@ -68,7 +67,7 @@ func TestSecretsStayOut(t *testing.T) {
 // never.
 func TestSecretsTLSKeyStaysOut(t *testing.T) {
 	ts := newTLSSetup(t)
-	var logs lockedBuffer
+	var logs logtest.Buffer
 	// Mutual TLS, so the client CA is read too. servedSerial presents no
 	// client certificate, but sees the server's before it is refused.
 	svc := startServiceLogging(t, t.TempDir(), &logs, ts.settings(true, ""))
@@ -99,22 +98,4 @@ func TestSecretsTLSKeyStaysOut(t *testing.T) {
 			}
 		}
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent writers.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgatehq/tollgate/pkg/app"
+	"github.com/tollgatehq/tollgate/pkg/logtest"
 	"github.com/tollgatehq/tollgate/pkg/rlsclient"
 	"github.com/tollgatehq/tollgate/pkg/tlsfiles/tlsfilestest"
 )
@@ -193,7 +194,7 @@ func TestTLSClientCertificates(t *testing.T) {
 // and that a broken replacement leaves the last good one served.
 func TestTLSRotation(t *testing.T) {
 	ts := newTLSSetup(t)
-	var logs lockedBuffer
+	var logs logtest.Buffer
 	svc := startServiceLogging(t, t.TempDir(), &logs, ts.settings(false, ""))
 	client := rlsclient.TLS{CAFile: ts.caFile, ServerName: tlsServerName}
 	second, third := ts.serverCA.Server(t, tlsfilestest.Names{DNS: []string{tlsServerName}}),

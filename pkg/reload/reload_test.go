@@ -1,7 +1,6 @@
 package reload_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,6 +19,7 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
+	"github.com/tollgatehq/tollgate/pkg/logtest"
 	"github.com/tollgatehq/tollgate/pkg/reload"
 	"github.com/tollgatehq/tollgate/pkg/telemetry"
 )
@@ -474,7 +474,7 @@ func TestFailureLoggedOnce(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "x.yaml"), "v1")
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	f := &fakeLoader{}
 	r, err := reload.New(reload.Options{
 		Dir: dir, Load: f.load, Debounce: time.Hour,
@@ -499,7 +499,7 @@ func TestFailureLoggedOnce(t *testing.T) {
 
 	var errorRecords []map[string]any
 	warnings := 0
-	for _, rec := range logs.records(t) {
+	for _, rec := range records(t, logs) {
 		switch rec["level"] {
 		case "ERROR":
 			errorRecords = append(errorRecords, rec)
@@ -525,24 +525,11 @@ func TestFailureLoggedOnce(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) records(t *testing.T) []map[string]any {
+// records decodes the JSON log lines in logs.
+func records(t *testing.T, logs *logtest.Buffer) []map[string]any {
 	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	var out []map[string]any
-	for line := range strings.Lines(b.buf.String()) {
+	for line := range strings.Lines(logs.String()) {
 		var rec map[string]any
 		if err := json.Unmarshal([]byte(line), &rec); err != nil {
 			t.Fatalf("log line %q: %v", line, err)

@@ -1,7 +1,6 @@
 package tlsfiles_test
 
 import (
-	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -16,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgatehq/tollgate/pkg/logtest"
 	"github.com/tollgatehq/tollgate/pkg/tlsfiles"
 	"github.com/tollgatehq/tollgate/pkg/tlsfiles/tlsfilestest"
 )
@@ -166,24 +166,6 @@ func TestNewErrors(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a bytes.Buffer safe for concurrent writers.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestRotation replaces the files under a live Server in the ways
 // certificates are replaced and checks which certificate the next
 // handshake gets. Every step's handshake follows the change at once: a
@@ -194,7 +176,7 @@ func TestRotation(t *testing.T) {
 	first, second, third := ca.Server(t, serverNames), ca.Server(t, serverNames), ca.Server(t, serverNames)
 
 	t.Run("secret mount", func(t *testing.T) {
-		var logs lockedBuffer
+		var logs logtest.Buffer
 		mount := tlsfilestest.NewSecretDir(t, t.TempDir(), map[string][]byte{"tls.crt": first.CertPEM, "tls.key": first.KeyPEM})
 		srv, err := tlsfiles.New(tlsfiles.Options{
 			CertFile: filepath.Join(mount.Dir, "tls.crt"), KeyFile: filepath.Join(mount.Dir, "tls.key"),

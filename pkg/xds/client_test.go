@@ -1,7 +1,6 @@
 package xds_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -34,6 +33,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
+	"github.com/tollgatehq/tollgate/pkg/logtest"
 	"github.com/tollgatehq/tollgate/pkg/reload"
 	"github.com/tollgatehq/tollgate/pkg/xds"
 )
@@ -309,7 +309,7 @@ func TestClientTLS(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var log syncBuffer
+			var log logtest.Buffer
 			runClient(t, xds.Options{
 				Rules: rules, Server: cp.addr, NodeID: nodeID, TLS: cfg,
 				RetryInterval: 10 * time.Millisecond, MaxRetryInterval: 50 * time.Millisecond,
@@ -358,25 +358,6 @@ func TestClientTLSFiles(t *testing.T) {
 			}
 		})
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the client's and the test's
-// goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // pki is a CA with a server certificate for xds.test and a client

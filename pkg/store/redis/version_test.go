@@ -1,13 +1,11 @@
 package redis
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 	"github.com/tollgatehq/tollgate/integration/redistest"
 
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
+	"github.com/tollgatehq/tollgate/pkg/logtest"
 	"github.com/tollgatehq/tollgate/pkg/store"
 )
 
@@ -58,24 +57,6 @@ func TestParseVersion(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a log sink safe for the store's goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestVersionGate checks that a server older than Redis 6.2 makes every
 // Apply fail with ErrUnsupportedVersion, which wraps store.ErrUnavailable
 // so the rules' failure modes answer, that the error names the version
@@ -85,7 +66,7 @@ func TestVersionGate(t *testing.T) {
 	srv := redistest.StartFake(t, "6.0.9")
 	client := goredis.NewClient(&goredis.Options{Addr: srv.Addr, Protocol: 2, DisableIdentity: true, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { client.Close() })
-	var logs lockedBuffer
+	var logs logtest.Buffer
 	s, err := New(Options{Client: client, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
