@@ -22,11 +22,12 @@ import (
 // The types below mirror, with exactly the fields the examples use and
 // the JSON names of the upstream Go types, Envoy Gateway's API
 // (github.com/envoyproxy/gateway, api/v1alpha1: envoygateway_types.go,
-// ratelimit_types.go, shared_types.go and backendtrafficpolicy_types.go of
-// v1.5) and the Gateway API (sigs.k8s.io/gateway-api, apis/v1 and the
-// v1alpha2 policy references). Decoded strictly, a field that is misspelt
-// or that Envoy Gateway does not have fails the test; a field the examples
-// start to use must be added here, under its upstream name.
+// ratelimit_types.go, shared_types.go and backendtrafficpolicy_types.go,
+// main branch as read in November 2026) and the Gateway API
+// (sigs.k8s.io/gateway-api, apis/v1 and the v1alpha2 policy references).
+// Decoded strictly, a field that is misspelt or that Envoy Gateway does
+// not have fails the test; a field the examples start to use must be
+// added here, under its upstream name.
 
 // EnvoyGateway is the document envoy-gateway.yaml of the ConfigMap
 // envoy-gateway-config.
