@@ -35,6 +35,8 @@ var istioRateLimitEnv = map[string]string{
 	"RUNTIME_SUBDIRECTORY":   "ratelimit",
 	"RUNTIME_WATCH_ROOT":     "false",
 	"RUNTIME_IGNOREDOTFILES": "true",
+	"HOST":                   "::",
+	"GRPC_HOST":              "::",
 }
 
 // TestIstioRateLimitService decodes istio/ratelimit/ with the Kubernetes
