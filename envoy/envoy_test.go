@@ -123,8 +123,12 @@ func kind(name string) string {
 	switch {
 	case strings.HasPrefix(name, "kubernetes/"):
 		return "kubernetes"
+	case strings.HasPrefix(name, "istio/ratelimit/"):
+		return "istio-ratelimit"
 	case strings.HasPrefix(name, "istio/"):
 		return "istio"
+	case strings.HasPrefix(name, "envoy-gateway/"):
+		return "envoy-gateway"
 	case strings.HasPrefix(name, "observability/"):
 		return "observability" // integration/deploy_test.go
 	case !strings.Contains(name, "/"):
@@ -142,7 +146,7 @@ func TestEveryFileIsChecked(t *testing.T) {
 	}
 	for _, name := range files {
 		if kind(name) == "" {
-			t.Errorf("%s: no test reads YAML files there; put bootstraps in envoy/, manifests in envoy/kubernetes/ or envoy/istio/", name)
+			t.Errorf("%s: no test reads YAML files there; put bootstraps in envoy/, manifests in envoy/kubernetes/, envoy/istio/ (EnvoyFilters), envoy/istio/ratelimit/ or envoy/envoy-gateway/", name)
 		}
 	}
 }
