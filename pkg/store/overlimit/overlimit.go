@@ -84,7 +84,7 @@ const EntryOverhead = 128
 const shardCount = 16
 
 // maxBatch is the largest batch answered locally; larger ones go to the
-// store, so the key scratch space stays on the stack.
+// store.
 const maxBatch = 16
 
 // Options configures a Store.
@@ -199,25 +199,25 @@ func (s *Store) Apply(ctx context.Context, hits []store.Hit, verdicts []algorith
 	if len(hits) != len(verdicts) {
 		return s.next.Apply(ctx, hits, verdicts)
 	}
-	nowT := s.now()
-	now := algorithm.Micros(nowT)
-	var buf [maxBatch]string
-	var keys []string
-	if len(hits) <= maxBatch {
-		keys = buf[:len(hits)]
-	} else {
-		keys = make([]string, len(hits))
-	}
+	now := algorithm.Micros(s.now())
+	// ends[i] is where hit i's key ends in buf; keys are built once, and
+	// looked up without becoming strings.
+	var scratch [512]byte
+	var endsBuf [maxBatch]int
+	buf := scratch[:0]
+	ends := endsBuf[:0]
 	local := len(hits) > 0 && len(hits) <= maxBatch
 	for i := range hits {
 		h := &hits[i]
-		keys[i] = key(h)
+		buf = appendKey(buf, h)
+		ends = append(ends, len(buf))
+		k := keyAt(buf, ends, i)
 		switch {
 		case h.Cost < 0:
-			s.drop(keys[i])
+			s.drop(k)
 			local = false
 		case local && h.Cost == 1:
-			local = s.lookup(keys[i], h.Limit, now, &verdicts[i])
+			local = s.lookup(k, h.Limit, now, &verdicts[i])
 		default:
 			local = false
 		}
@@ -230,11 +230,19 @@ func (s *Store) Apply(ctx context.Context, hits []store.Hit, verdicts []algorith
 		return err
 	}
 	for i := range hits {
-		if remembered(&hits[i], &verdicts[i]) && !repeated(keys, i) {
-			s.remember(keys[i], hits[i].Limit, verdicts[i], now)
+		if remembered(&hits[i], &verdicts[i]) && !repeated(buf, ends, i) {
+			s.remember(string(keyAt(buf, ends, i)), hits[i].Limit, verdicts[i], now)
 		}
 	}
 	return nil
+}
+
+// keyAt returns the key of hit i from the keys built into buf.
+func keyAt(buf []byte, ends []int, i int) []byte {
+	if i == 0 {
+		return buf[:ends[0]]
+	}
+	return buf[ends[i-1]:ends[i]]
 }
 
 // remembered reports whether a hit's verdict is one the cache keeps.
@@ -242,23 +250,19 @@ func remembered(h *store.Hit, v *algorithm.Verdict) bool {
 	return h.Cost == 1 && !v.Allowed && v.Remaining == 0 && v.RetryAfter > 0 && h.Limit.Capacity() >= 1
 }
 
-// repeated reports whether keys[i] occurs elsewhere in keys.
-func repeated(keys []string, i int) bool {
-	for j, k := range keys {
-		if j != i && k == keys[i] {
+// repeated reports whether the key of hit i occurs twice in buf.
+func repeated(buf []byte, ends []int, i int) bool {
+	k := keyAt(buf, ends, i)
+	for j := range ends {
+		if j != i && string(keyAt(buf, ends, j)) == string(k) {
 			return true
 		}
 	}
 	return false
 }
 
-// key returns the identity of a hit's counter.
-func key(h *store.Hit) string {
-	n := len(h.Domain) + len(h.Shard) + 24
-	for _, e := range h.Entries {
-		n += len(e.Key) + len(e.Value) + 2
-	}
-	b := make([]byte, 0, n)
+// appendKey appends the identity of a hit's counter to b.
+func appendKey(b []byte, h *store.Hit) []byte {
 	b = strconv.AppendInt(b, int64(h.Limit.Kind), 10)
 	b = append(b, '\x00')
 	b = strconv.AppendInt(b, h.Limit.Period, 10)
@@ -269,7 +273,7 @@ func key(h *store.Hit) string {
 		b = appendField(b, e.Key)
 		b = appendField(b, e.Value)
 	}
-	return string(b)
+	return b
 }
 
 // appendField appends a length-prefixed field, so that no two different
@@ -281,8 +285,8 @@ func appendField(b []byte, f string) []byte {
 }
 
 // shardOf returns the shard holding k.
-func (s *Store) shardOf(k string) *shard {
-	return &s.shards[maphash.String(s.seed, k)%shardCount]
+func (s *Store) shardOf(k []byte) *shard {
+	return &s.shards[maphash.Bytes(s.seed, k)%shardCount]
 }
 
 // size is the estimated memory of an entry under k.
@@ -291,16 +295,16 @@ func size(k string) int64 { return int64(len(k)) + EntryOverhead }
 // lookup fills v with the local verdict for a hit on k and reports
 // whether there was one. A stale entry, or one of another limit, is
 // dropped.
-func (s *Store) lookup(k string, l algorithm.Limit, now int64, v *algorithm.Verdict) bool {
+func (s *Store) lookup(k []byte, l algorithm.Limit, now int64, v *algorithm.Verdict) bool {
 	sh := s.shardOf(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e, ok := sh.entries[k]
+	e, ok := sh.entries[string(k)]
 	if !ok {
 		return false
 	}
 	if now >= e.until || now < e.at || e.requests != l.Requests || e.burst != l.Burst {
-		sh.remove(k)
+		sh.remove(string(k))
 		return false
 	}
 	elapsed := time.Duration(now-e.at) * time.Microsecond
@@ -312,7 +316,7 @@ func (s *Store) lookup(k string, l algorithm.Limit, now int64, v *algorithm.Verd
 
 // remember stores the rejection v of a hit on k, decided at or after now.
 func (s *Store) remember(k string, l algorithm.Limit, v algorithm.Verdict, now int64) {
-	sh := s.shardOf(k)
+	sh := s.shardOf([]byte(k))
 	need := size(k)
 	if need > sh.max {
 		return
@@ -336,10 +340,10 @@ func (s *Store) remember(k string, l algorithm.Limit, v algorithm.Verdict, now i
 }
 
 // drop forgets the counter k.
-func (s *Store) drop(k string) {
+func (s *Store) drop(k []byte) {
 	sh := s.shardOf(k)
 	sh.mu.Lock()
-	sh.remove(k)
+	sh.remove(string(k))
 	sh.mu.Unlock()
 }
 

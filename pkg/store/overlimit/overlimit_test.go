@@ -326,3 +326,30 @@ func TestNewRejects(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkLocal measures a hit answered from the cache.
+func BenchmarkLocal(b *testing.B) {
+	clock := storetest.NewClock(start)
+	c, err := overlimit.New(memory.New(memory.Options{Now: clock.Now}), overlimit.Options{MaxBytes: 1 << 20, Now: clock.Now})
+	if err != nil {
+		b.Fatal(err)
+	}
+	l := algorithm.Limit{Kind: algorithm.FixedWindow, Requests: 1, Period: 60_000_000}
+	hits := []store.Hit{hit(l, "client-1", 1)}
+	v := make([]algorithm.Verdict, 1)
+	ctx := context.Background()
+	for range 2 {
+		if err := c.Apply(ctx, hits, v); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := c.Apply(ctx, hits, v); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if v[0].Allowed {
+		b.Fatal("admitted")
+	}
+}
