@@ -353,3 +353,36 @@ func BenchmarkLocal(b *testing.B) {
 		b.Fatal("admitted")
 	}
 }
+
+// TestVectors runs the store vectors through the cache in front of the
+// memory store and of Redis: the cache must change no verdict.
+func TestVectors(t *testing.T) {
+	t.Run("memory", func(t *testing.T) {
+		storetest.Run(t, func(t *testing.T, clock *storetest.Clock) store.Store {
+			c, err := overlimit.New(memory.New(memory.Options{Now: clock.Now}), overlimit.Options{MaxBytes: 1 << 20, Now: clock.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c
+		})
+	})
+	t.Run("redis", func(t *testing.T) {
+		srv := redistest.StartStandalone(t)
+		client := goredis.NewClient(&goredis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = client.Close() })
+		n := 0
+		storetest.Run(t, func(t *testing.T, clock *storetest.Clock) store.Store {
+			n++
+			r, err := redis.New(redis.Options{Client: client, KeyPrefix: fmt.Sprint("v", n), Now: clock.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = r.Close() })
+			c, err := overlimit.New(r, overlimit.Options{MaxBytes: 1 << 20, Now: clock.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c
+		})
+	})
+}
