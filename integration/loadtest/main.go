@@ -5,13 +5,18 @@
 // with a store timeout of one second, so that Redis makes every decision;
 // a scenario answered by a failure mode (degraded) fails the run.
 //
-// A second section, flood, floods tollgate with unique keys and samples its
+// A second section, overlimit, sends traffic that is entirely over its
+// limit to two tollgates on one Redis, one without and one with the
+// over-limit cache (--over-limit-cache-bytes), in alternating runs, and
+// reports each one's medians and resident memory.
+//
+// A third section, flood, floods tollgate with unique keys and samples its
 // resident memory, to check that the memory of the memory store and of the
 // local fallback of an unreachable Redis follows their key caps, not the
 // flood.
 //
 // Run it with `make bench` (or `go run ./integration/loadtest`, `-only
-// flood` for one section); it builds nothing itself and expects
+// overlimit` for one section); it builds nothing itself and expects
 // bin/tollgate.
 package main
 
@@ -39,6 +44,8 @@ const rules = `domain: bench
 descriptors:
   - key: api_key
     rate_limit: {unit: second, requests_per_unit: 1000, algorithm: token_bucket}
+  - key: over
+    rate_limit: {unit: hour, requests_per_unit: 1}
 `
 
 // floodRules is the configuration of the flood: a token bucket on api_key
@@ -75,7 +82,7 @@ func main() {
 	flag.DurationVar(&cfg.duration, "duration", 8*time.Second, "length of each measured run of a Redis scenario")
 	flag.IntVar(&cfg.runs, "runs", 3, "runs per Redis scenario; the median is reported")
 	flag.DurationVar(&cfg.floodDuration, "flood-duration", 15*time.Second, "length of each unique-key flood")
-	only := flag.String("only", "", "comma-separated sections to run: redis, flood (default: all)")
+	only := flag.String("only", "", "comma-separated sections to run: redis, overlimit, flood (default: all)")
 	flag.Parse()
 	sections, err := parseSections(*only)
 	if err != nil {
@@ -93,12 +100,12 @@ func main() {
 func parseSections(only string) (map[string]bool, error) {
 	sections := map[string]bool{}
 	if only == "" {
-		only = sectionRedis + "," + sectionFlood
+		only = sectionRedis + "," + sectionOverLimit + "," + sectionFlood
 	}
 	for name := range strings.SplitSeq(only, ",") {
 		name = strings.TrimSpace(name)
-		if name != sectionRedis && name != sectionFlood {
-			return nil, fmt.Errorf("-only: unknown section %q (want %s or %s)", name, sectionRedis, sectionFlood)
+		if name != sectionRedis && name != sectionOverLimit && name != sectionFlood {
+			return nil, fmt.Errorf("-only: unknown section %q (want %s, %s or %s)", name, sectionRedis, sectionOverLimit, sectionFlood)
 		}
 		sections[name] = true
 	}
@@ -152,6 +159,13 @@ func run(cfg config) error {
 		for name, m := range scenarios {
 			report[name] = m
 		}
+	}
+	if cfg.sections[sectionOverLimit] {
+		over, err := runOverLimit(cfg, dir)
+		if err != nil {
+			return err
+		}
+		report[sectionOverLimit] = over
 	}
 	if cfg.sections[sectionFlood] {
 		flood, err := runFlood(cfg, dir)

@@ -31,6 +31,7 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/store"
 	"github.com/tollgatehq/tollgate/pkg/store/breaker"
 	"github.com/tollgatehq/tollgate/pkg/store/memory"
+	"github.com/tollgatehq/tollgate/pkg/store/overlimit"
 	"github.com/tollgatehq/tollgate/pkg/store/redis"
 	"github.com/tollgatehq/tollgate/pkg/telemetry"
 	"github.com/tollgatehq/tollgate/pkg/tlsfiles"
@@ -253,7 +254,16 @@ func (a *App) newStore(meters metric.MeterProvider) (store.Store, error) {
 			return nil, err
 		}
 		a.logger.Info("counting in redis", "redis", cfg)
-		return a.breaker, nil
+		if s.OverLimitCacheBytes == 0 {
+			return a.breaker, nil
+		}
+		// Above the breaker, so that counters known to be over their
+		// limit are still answered while Redis is away.
+		cached, err := overlimit.New(a.breaker, overlimit.Options{MaxBytes: s.OverLimitCacheBytes, MeterProvider: meters})
+		if err != nil {
+			return nil, err
+		}
+		return cached, nil
 	}
 	return nil, fmt.Errorf("unknown store %q", s.Store)
 }

@@ -129,6 +129,15 @@ func TestMetricsLint(t *testing.T) {
 				`tollgate_breaker_changes_total{breaker="redis",to="open"} 1`,
 			},
 		},
+		{
+			// The fourth k=a is rejected by Redis, the fifth from the cache.
+			name: "redis with the over-limit cache",
+			tweak: func(t *testing.T, s *Settings) {
+				srv := redistest.StartStandalone(t)
+				s.Store, s.RedisAddrs, s.OverLimitCacheBytes = "redis", []string{srv.Addr}, 1<<20
+			},
+			want: []string{"tollgate_overlimit_cache_hits_total 1", "tollgate_overlimit_cache_entries 1"},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -63,6 +63,8 @@ type Settings struct {
 	RedisKeyPrefix     string        `mapstructure:"redis-key-prefix"`
 	RedisBatchWindow   time.Duration `mapstructure:"redis-batch-window"`
 
+	OverLimitCacheBytes int64 `mapstructure:"over-limit-cache-bytes"`
+
 	StoreTimeout         time.Duration `mapstructure:"store-timeout"`
 	DeadlineMargin       time.Duration `mapstructure:"deadline-margin"`
 	FailureMode          string        `mapstructure:"failure-mode"`
@@ -129,6 +131,7 @@ func settingsFlags(fs *pflag.FlagSet) *pflag.FlagSet {
 	fs.Duration("redis-timeout", 100*time.Millisecond, "redis read and write timeout")
 	fs.String("redis-key-prefix", "tg", "prefix of every redis key")
 	fs.Duration("redis-batch-window", 0, "how long concurrent decisions wait to share a redis round trip (0: the store's default; negative: no batching)")
+	fs.Int64("over-limit-cache-bytes", 0, "redis: memory for counters known to be over their limit, answered locally until their reset (0: off)")
 	fs.Duration("store-timeout", 50*time.Millisecond, "redis: longest wait for one decision; a caller's earlier deadline (less --deadline-margin) wins")
 	fs.Duration("deadline-margin", 2*time.Millisecond, "time kept from a caller's deadline to answer in")
 	fs.String("failure-mode", "open", "how rules that name no failure_mode answer while redis fails: open, closed or local")
@@ -259,6 +262,9 @@ func (s Settings) validate() error {
 	}
 	if !(s.TracingSampleRatio >= 0 && s.TracingSampleRatio <= 1) {
 		errs = append(errs, fmt.Errorf("tracing-sample-ratio: must be between 0 and 1, got %v", s.TracingSampleRatio))
+	}
+	if s.OverLimitCacheBytes < 0 {
+		errs = append(errs, fmt.Errorf("over-limit-cache-bytes: must not be negative, got %d", s.OverLimitCacheBytes))
 	}
 	if s.TracingBatchTimeout < 0 {
 		errs = append(errs, fmt.Errorf("tracing-batch-timeout: must not be negative, got %v", s.TracingBatchTimeout))

@@ -79,6 +79,11 @@ func TestSettingsPrecedence(t *testing.T) {
 			},
 		},
 		{
+			name: "over-limit cache from the environment",
+			env:  map[string]string{"TOLLGATE_OVER_LIMIT_CACHE_BYTES": "1048576"},
+			want: func(s Settings) string { return expect(s.OverLimitCacheBytes == 1<<20, s) },
+		},
+		{
 			name: "flag over environment",
 			args: []string{"--settings", file, "--grpc-addr", "127.0.0.1:1003", "--memory-max-keys", "5"},
 			env:  map[string]string{"TOLLGATE_GRPC_ADDR": "127.0.0.1:1002", "TOLLGATE_MEMORY_MAX_KEYS": "7"},
@@ -162,6 +167,7 @@ func TestSettingsErrors(t *testing.T) {
 		{[]string{"--log-format", "xml"}, `log-format: unknown format "xml" (want text or json)`},
 		{[]string{"--log-level", "loud"}, `log-level:`},
 		{[]string{"--max-descriptors", "0"}, `max-descriptors: must be positive, got 0`},
+		{[]string{"--over-limit-cache-bytes", "-1"}, `over-limit-cache-bytes: must not be negative, got -1`},
 		{[]string{"--config-dir", ""}, `config-dir: must not be empty`},
 		{[]string{"--failure-mode", "maybe"}, `failure-mode: unknown failure mode "maybe" (want open, closed or local)`},
 		{[]string{"--store-timeout", "0s"}, `store-timeout: must be positive, got 0s`},
