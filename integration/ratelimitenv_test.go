@@ -30,6 +30,18 @@ descriptors:
         rate_limit: {unit: minute, requests_per_unit: 3}
 `
 
+// runtimeRoot returns a RUNTIME_ROOT whose ratelimit/config directory
+// holds egRules.
+func runtimeRoot(t *testing.T) string {
+	t.Helper()
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "ratelimit", "config"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(root, "ratelimit", "config", "eg.yaml"), egRules)
+	return root
+}
+
 // startFromEnv runs `tollgate` with no arguments and nothing but env, as
 // the image's /bin/ratelimit would run, until the test ends. It returns
 // what the process logs.
@@ -61,11 +73,7 @@ func startFromEnv(t *testing.T, env map[string]string) *lockedBuffer {
 // counts in the Redis of REDIS_URL, and counts in fixed windows.
 func TestServesRatelimitEnvironment(t *testing.T) {
 	srv := redistest.StartStandalone(t)
-	root := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(root, "ratelimit", "config"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	writeFile(t, filepath.Join(root, "ratelimit", "config", "eg.yaml"), egRules)
+	root := runtimeRoot(t)
 	writeFile(t, filepath.Join(root, "ratelimit", "config", ".hidden.yaml"), "not: [yaml")
 	grpcAddr, httpAddr, debugAddr := closedAddr(t), closedAddr(t), closedAddr(t)
 	port := func(addr string) string { return addr[strings.LastIndexByte(addr, ':')+1:] }
