@@ -2,6 +2,7 @@ package app
 
 import (
 	"errors"
+	"flag"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -384,5 +385,48 @@ func TestRatelimitEnv(t *testing.T) {
 				t.Errorf("warnings\n got %q\nwant %q", report.Warnings, tt.warnings)
 			}
 		})
+	}
+}
+
+var updateReadme = flag.Bool("update-readme", false, "rewrite README.md's envoyproxy/ratelimit environment table")
+
+// TestRatelimitEnvTableInReadme keeps the README's environment table what
+// the mapping does.
+func TestRatelimitEnvTableInReadme(t *testing.T) {
+	data, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const begin, end = "<!-- ratelimit-env-table: generated from pkg/app/ratelimitenv.go -->\n", "<!-- /ratelimit-env-table -->"
+	_, rest, ok := strings.Cut(string(data), begin)
+	table, _, ok2 := strings.Cut(rest, end)
+	if !ok || !ok2 {
+		t.Fatalf("README.md has no %q ... %q block", begin, end)
+	}
+	if want := ratelimitEnvTable(); *updateReadme && table != want {
+		out := strings.Replace(string(data), begin+table+end, begin+want+end, 1)
+		if err := os.WriteFile("../../README.md", []byte(out), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	} else if table != want {
+		t.Errorf("README.md's environment table differs from the mapping (go test ./pkg/app -run TableInReadme -update-readme); want:\n%s", want)
+	}
+}
+
+// TestRatelimitVarsTable checks the table's own consistency: each
+// variable once, and each without an Apply read by another row.
+func TestRatelimitVarsTable(t *testing.T) {
+	seen := map[string]bool{}
+	for _, r := range ratelimitVars() {
+		if seen[r.Name] {
+			t.Errorf("%s: listed twice", r.Name)
+		}
+		seen[r.Name] = true
+		if r.Note == "" {
+			t.Errorf("%s: no note", r.Name)
+		}
+		if r.Apply == nil && !strings.HasPrefix(r.Note, "read ") {
+			t.Errorf("%s: no Apply, and the note does not say which row reads it", r.Name)
+		}
 	}
 }
