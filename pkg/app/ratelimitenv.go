@@ -105,7 +105,7 @@ func ratelimitVars() []ratelimitVar {
 			Note: "`over-limit-cache-bytes`: counters known to be over the limit answered locally until their reset"},
 		{Name: "EXPIRATION_JITTER_MAX_SECONDS", Trigger: true, Apply: applyWarnUnlessZero("tollgate's keys expire when their window or bucket does, without jitter"),
 			Note: "one warning unless 0: keys expire with their window, without jitter"},
-		{Name: "NEAR_LIMIT_RATIO", Trigger: true, Apply: applyWarn("tollgate has no near-limit statistic; its metrics report remaining quota"),
+		{Name: "NEAR_LIMIT_RATIO", Trigger: true, Apply: applyWarn("tollgate has no near-limit statistic; tollgate_decisions counts decisions by result"),
 			Note: "one warning: no near-limit statistic"},
 		{Name: "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", Trigger: true, Apply: applyStopIncrement,
 			Note: "accepted when true: tollgate never counts a rejected hit; `false` gets a warning"},

@@ -233,7 +233,7 @@ func TestRatelimitEnv(t *testing.T) {
 			honoured: "RUNTIME_ROOT,STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
 			warnings: []string{
 				"EXPIRATION_JITTER_MAX_SECONDS: ignored: tollgate's keys expire when their window or bucket does, without jitter",
-				"NEAR_LIMIT_RATIO: ignored: tollgate has no near-limit statistic; its metrics report remaining quota",
+				"NEAR_LIMIT_RATIO: ignored: tollgate has no near-limit statistic; tollgate_decisions counts decisions by result",
 			},
 		},
 		{
