@@ -3,6 +3,7 @@ package app
 import (
 	"errors"
 	"flag"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/tollgatehq/tollgate/pkg/tlsfiles/tlsfilestest"
 )
 
 // TestRatelimitEnv maps envoyproxy/ratelimit's variables onto settings: one
@@ -22,6 +25,11 @@ func TestRatelimitEnv(t *testing.T) {
 	if err := os.WriteFile(file, []byte("config-dir: /etc/mine\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	tlsDir := t.TempDir()
+	ca := tlsfilestest.NewCA(t, "redis CA")
+	caFile := filepath.Join(tlsDir, "ca.pem")
+	tlsfilestest.WriteFile(t, caFile, ca.PEM)
+	certFile, keyFile := ca.Client(t, tlsfilestest.Names{DNS: []string{"tollgate"}}).Write(t, tlsDir)
 	overLimitKnown := settingsFlags(pflag.NewFlagSet("probe", pflag.ContinueOnError)).Lookup(overLimitCacheKey) != nil
 	const redisURL = "redis.ratelimit.svc:6379"
 	// asRatelimit is what every mapped environment changes: fixed windows
@@ -190,11 +198,13 @@ func TestRatelimitEnv(t *testing.T) {
 		{
 			name: "redis TLS",
 			env: map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": redisURL, "REDIS_TLS": "true",
+				"REDIS_TLS_CACERT": caFile, "REDIS_TLS_CLIENT_CERT": certFile, "REDIS_TLS_CLIENT_KEY": keyFile,
 				"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true"},
 			want: asRatelimit(func(s *Settings) {
 				s.Store, s.RedisAddrs, s.RedisTLS = "redis", []string{redisURL}, true
+				s.RedisTLSCA, s.RedisTLSCert, s.RedisTLSKey = caFile, certFile, keyFile
 			}),
-			honoured: "REDIS_URL,REDIS_SOCKET_TYPE,REDIS_TLS",
+			honoured: "REDIS_URL,REDIS_SOCKET_TYPE,REDIS_TLS,REDIS_TLS_CACERT,REDIS_TLS_CLIENT_CERT,REDIS_TLS_CLIENT_KEY",
 			warnings: []string{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION: not supported: tollgate verifies the redis host name; set redis-tls-server-name to the name in its certificate"},
 		},
 		{
@@ -427,6 +437,33 @@ func TestRatelimitVarsTable(t *testing.T) {
 		}
 		if r.Apply == nil && !strings.HasPrefix(r.Note, "read ") {
 			t.Errorf("%s: no Apply, and the note does not say which row reads it", r.Name)
+		}
+	}
+}
+
+// TestRatelimitEnvReportLog pins the start-up lines: names, never values,
+// each warning once, and nothing outside ratelimit's environment.
+func TestRatelimitEnvReportLog(t *testing.T) {
+	noTime := func(_ []string, a slog.Attr) slog.Attr {
+		if a.Key == slog.TimeKey {
+			return slog.Attr{}
+		}
+		return a
+	}
+	for _, tt := range []struct {
+		report ratelimitEnvReport
+		want   string
+	}{
+		{ratelimitEnvReport{Honoured: []string{"PORT"}}, ""},
+		{ratelimitEnvReport{Active: true, Honoured: []string{"RUNTIME_ROOT", "REDIS_AUTH"}, Warnings: []string{"USE_STATSD: ignored"}, FixedWindow: true},
+			`level=INFO msg="envoyproxy/ratelimit environment honoured" variables=RUNTIME_ROOT,REDIS_AUTH` + "\n" +
+				`level=INFO msg="envoyproxy/ratelimit environment: default algorithm fixed_window, as envoyproxy/ratelimit counts"` + "\n" +
+				`level=WARN msg="envoyproxy/ratelimit environment: USE_STATSD: ignored"` + "\n"},
+	} {
+		var buf strings.Builder
+		tt.report.log(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{ReplaceAttr: noTime})))
+		if buf.String() != tt.want {
+			t.Errorf("log\n%s\nwant\n%s", buf.String(), tt.want)
 		}
 	}
 }
