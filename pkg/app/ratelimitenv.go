@@ -126,9 +126,9 @@ func ratelimitVars() []ratelimitVar {
 		{Name: "CONFIG_GRPC_XDS_SERVER_URL", Setting: "xds-server", Trigger: true, Apply: applyString("xds-server"), Note: "`xds-server`"},
 		{Name: "CONFIG_GRPC_XDS_NODE_ID", Setting: "xds-node-id", Trigger: true, Apply: applyString("xds-node-id"), Note: "`xds-node-id`"},
 		{Name: "CONFIG_GRPC_XDS_NODE_METADATA", Setting: "xds-node-metadata", Trigger: true, Apply: applyNodeMetadata,
-			Note: "`xds-node-metadata`: `k:v,k2:v2` (or `k=v`) → a JSON object"},
+			Note: "`xds-node-metadata`: `k=v,k2=v2`, each split at its first `=` as ratelimit does (a pair without `=` is dropped with a warning) → a JSON object"},
 		{Name: "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", Setting: "xds-headers", Trigger: true, Apply: applyXDSHeaders,
-			Note: "`xds-headers`: `k:v,k2:v2` → `k=v,k2=v2`; may carry tokens, never logged"},
+			Note: "`xds-headers`: `k:v,k2:v2`, each split at its first `:` → `k=v,k2=v2`; may carry tokens, never logged"},
 		{Name: "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", Setting: "xds-retry-interval", Trigger: true, Apply: applyDuration("xds-retry-interval"),
 			Note: "`xds-retry-interval`"},
 		{Name: "CONFIG_GRPC_XDS_SERVER_USE_TLS", Setting: "xds-tls", Trigger: true, Apply: applyBool("xds-tls"), Note: "`xds-tls`"},
@@ -629,20 +629,21 @@ func applyConfigType(m *envMapping, _, val string) {
 	}
 }
 
-// splitPairs splits ratelimit's "k:v,k2:v2" lists; a pair may also use '='.
-func splitPairs(val string) ([][2]string, bool) {
-	var pairs [][2]string
+// splitPairs splits a list of pairs separated by commas, each at the first
+// sep. It reports the number of non-empty pairs without sep, left out.
+func splitPairs(val, sep string) (pairs [][2]string, bad int) {
 	for p := range strings.SplitSeq(val, ",") {
 		if p = strings.TrimSpace(p); p == "" {
 			continue
 		}
-		i := strings.IndexAny(p, ":=")
-		if i <= 0 {
-			return nil, false
+		k, v, ok := strings.Cut(p, sep)
+		if !ok || strings.TrimSpace(k) == "" {
+			bad++
+			continue
 		}
-		pairs = append(pairs, [2]string{strings.TrimSpace(p[:i]), strings.TrimSpace(p[i+1:])})
+		pairs = append(pairs, [2]string{strings.TrimSpace(k), strings.TrimSpace(v)})
 	}
-	return pairs, true
+	return pairs, bad
 }
 
 func applyNodeMetadata(m *envMapping, _, val string) {
@@ -650,10 +651,11 @@ func applyNodeMetadata(m *envMapping, _, val string) {
 	if val == "" {
 		return
 	}
-	pairs, ok := splitPairs(val)
-	if !ok {
-		m.fail(name, "want key:value pairs separated by commas")
-		return
+	// ratelimit splits each pair at its first '=' and drops a pair
+	// without one.
+	pairs, bad := splitPairs(val, "=")
+	if bad > 0 {
+		m.warn(name, fmt.Sprintf("%d pairs without '=' ignored, as in envoyproxy/ratelimit", bad))
 	}
 	md := map[string]string{}
 	for _, p := range pairs {
@@ -672,9 +674,10 @@ func applyXDSHeaders(m *envMapping, _, val string) {
 	if val == "" {
 		return
 	}
-	pairs, ok := splitPairs(val)
-	if !ok {
-		m.fail(name, "want name:value pairs separated by commas") // no value: it may hold a token
+	// ratelimit reads a map: each pair split at its first ':'.
+	pairs, bad := splitPairs(val, ":")
+	if bad > 0 { // no value in the message: it may hold a token
+		m.fail(name, fmt.Sprintf("%d pairs are not name:value", bad))
 		return
 	}
 	out := make([]string, len(pairs))

@@ -256,20 +256,26 @@ func TestRatelimitEnv(t *testing.T) {
 		{
 			name: "rules over xDS",
 			env: map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": "eg:18001", "CONFIG_GRPC_XDS_NODE_ID": "rl",
-				"CONFIG_GRPC_XDS_NODE_METADATA": "cluster:eg,zone=a", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "authorization:Bearer t,x-a:b",
+				"CONFIG_GRPC_XDS_NODE_METADATA": "cluster=eg,zone=a=b,nokv", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "authorization:Bearer t,x-a:b:c",
 				"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "5s", "CONFIG_GRPC_XDS_SERVER_USE_TLS": "true",
 				"CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "/c.pem", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": "/k.pem",
 				"CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "/ca.pem", "CONFIG_GRPC_XDS_SERVER_TLS_SAN": "eg.svc",
 				"FORCE_START_WITHOUT_INITIAL_CONFIG": "true"},
 			want: asRatelimit(func(s *Settings) {
 				s.ConfigType, s.XDSServer, s.XDSNodeID = "xds", "eg:18001", "rl"
-				s.XDSNodeMetadata, s.XDSHeaders = `{"cluster":"eg","zone":"a"}`, "authorization=Bearer t,x-a=b"
+				s.XDSNodeMetadata, s.XDSHeaders = `{"cluster":"eg","zone":"a=b"}`, "authorization=Bearer t,x-a=b:c"
 				s.XDSRetryInterval, s.XDSTLS, s.XDSTLSCert, s.XDSTLSKey, s.XDSTLSCA, s.XDSTLSSAN = 5*time.Second, true, "/c.pem", "/k.pem", "/ca.pem", "eg.svc"
 				s.ForceStart = true
 			}),
 			honoured: "FORCE_START_WITHOUT_INITIAL_CONFIG,CONFIG_TYPE,CONFIG_GRPC_XDS_SERVER_URL,CONFIG_GRPC_XDS_NODE_ID,CONFIG_GRPC_XDS_NODE_METADATA," +
 				"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS,CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL,CONFIG_GRPC_XDS_SERVER_USE_TLS," +
 				"CONFIG_GRPC_XDS_CLIENT_TLS_CERT,CONFIG_GRPC_XDS_CLIENT_TLS_KEY,CONFIG_GRPC_XDS_SERVER_TLS_CACERT,CONFIG_GRPC_XDS_SERVER_TLS_SAN",
+			warnings: []string{"CONFIG_GRPC_XDS_NODE_METADATA: 1 pairs without '=' ignored, as in envoyproxy/ratelimit"},
+		},
+		{
+			name: "xDS headers not name:value",
+			env:  map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "authorization=Bearer t0k3n"},
+			err:  "envoyproxy/ratelimit environment: CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS: 1 pairs are not name:value",
 		},
 		{
 			name: "unknown config type",
