@@ -155,6 +155,7 @@ func TestServesRatelimitEnvironment(t *testing.T) {
 	for _, want := range []string{
 		`msg="envoyproxy/ratelimit environment honoured" variables=RUNTIME_ROOT,RUNTIME_SUBDIRECTORY,RUNTIME_WATCH_ROOT,RUNTIME_IGNOREDOTFILES,HOST,PORT,GRPC_HOST,GRPC_PORT,DEBUG_HOST,DEBUG_PORT,LOG_LEVEL,REDIS_URL,REDIS_SOCKET_TYPE,USE_STATSD`,
 		`msg="envoyproxy/ratelimit environment: default algorithm fixed_window, as envoyproxy/ratelimit counts"`,
+		`msg="envoyproxy/ratelimit environment: response headers none, as envoyproxy/ratelimit sends none without LIMIT_RESPONSE_HEADERS_ENABLED"`,
 		"counting in redis",
 	} {
 		if strings.Count(got, want) != 1 {

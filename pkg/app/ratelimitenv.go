@@ -195,6 +195,9 @@ type ratelimitEnvReport struct {
 	Warnings []string
 	// FixedWindow is whether the default algorithm became fixed_window.
 	FixedWindow bool
+	// NoHeaders is whether response-headers became none because
+	// LIMIT_RESPONSE_HEADERS_ENABLED was unset.
+	NoHeaders bool
 }
 
 // log writes the report: nothing unless the environment was
@@ -206,6 +209,9 @@ func (r ratelimitEnvReport) log(logger *slog.Logger) {
 	logger.Info("envoyproxy/ratelimit environment honoured", "variables", strings.Join(r.Honoured, ","))
 	if r.FixedWindow {
 		logger.Info("envoyproxy/ratelimit environment: default algorithm fixed_window, as envoyproxy/ratelimit counts")
+	}
+	if r.NoHeaders {
+		logger.Info("envoyproxy/ratelimit environment: response headers none, as envoyproxy/ratelimit sends none without LIMIT_RESPONSE_HEADERS_ENABLED")
 	}
 	for _, w := range r.Warnings {
 		logger.Warn("envoyproxy/ratelimit environment: " + w)
@@ -602,7 +608,9 @@ func applyResponseHeaders(m *envMapping, _, val string) {
 	if on {
 		style = "draft03"
 	}
-	m.set("response-headers", style, "LIMIT_RESPONSE_HEADERS_ENABLED")
+	if m.set("response-headers", style, "LIMIT_RESPONSE_HEADERS_ENABLED") && val == "" {
+		m.report.NoHeaders = true
+	}
 	for _, h := range []struct{ name, def string }{
 		{"LIMIT_LIMIT_HEADER", "RateLimit-Limit"}, {"LIMIT_REMAINING_HEADER", "RateLimit-Remaining"}, {"LIMIT_RESET_HEADER", "RateLimit-Reset"},
 	} {

@@ -461,9 +461,10 @@ func TestRatelimitEnvReportLog(t *testing.T) {
 		want   string
 	}{
 		{ratelimitEnvReport{Honoured: []string{"PORT"}}, ""},
-		{ratelimitEnvReport{Active: true, Honoured: []string{"RUNTIME_ROOT", "REDIS_AUTH"}, Warnings: []string{"USE_STATSD: ignored"}, FixedWindow: true},
+		{ratelimitEnvReport{Active: true, Honoured: []string{"RUNTIME_ROOT", "REDIS_AUTH"}, Warnings: []string{"USE_STATSD: ignored"}, FixedWindow: true, NoHeaders: true},
 			`level=INFO msg="envoyproxy/ratelimit environment honoured" variables=RUNTIME_ROOT,REDIS_AUTH` + "\n" +
 				`level=INFO msg="envoyproxy/ratelimit environment: default algorithm fixed_window, as envoyproxy/ratelimit counts"` + "\n" +
+				`level=INFO msg="envoyproxy/ratelimit environment: response headers none, as envoyproxy/ratelimit sends none without LIMIT_RESPONSE_HEADERS_ENABLED"` + "\n" +
 				`level=WARN msg="envoyproxy/ratelimit environment: USE_STATSD: ignored"` + "\n"},
 	} {
 		var buf strings.Builder
