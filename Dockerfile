@@ -23,15 +23,21 @@ RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/tollgatehq/to
 # libc; :nonroot runs as uid 65532.
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/tollgate /usr/local/bin/tollgate
-# The examples are the default rules; mount a directory over
+# The same binary also answers to envoyproxy/ratelimit's command path, so a
+# deployment of it that sets `command: ["/bin/ratelimit"]` keeps working
+# (distroless has no shell to make a link with).
+COPY --from=build /out/tollgate /bin/ratelimit
+# The examples are the default rules: the default --config-dir, config, is
+# relative to the working directory. Mount a directory over
 # /etc/tollgate/config (or set TOLLGATE_CONFIG_DIR) to serve your own. The
-# directory is watched: an edit there reloads the rules.
+# directory is watched: an edit there reloads the rules. It is no ENV, so
+# that envoyproxy/ratelimit's RUNTIME_ROOT can choose it instead.
+WORKDIR /etc/tollgate
 COPY config-examples/ /etc/tollgate/config/
 # The debug listener (/debug/config, pprof) binds every interface of the
 # container so that EXPOSE 6070 means something; publish it to loopback
 # only, or not at all.
-ENV TOLLGATE_CONFIG_DIR=/etc/tollgate/config \
-    TOLLGATE_DEBUG_ADDR=:6070
+ENV TOLLGATE_DEBUG_ADDR=:6070
 USER 65532:65532
 # gRPC (RateLimitService, grpc.health.v1), HTTP (/v1/check, /metrics,
 # /healthz, /readyz), debug.

@@ -184,10 +184,7 @@ func TestComposeTollgateService(t *testing.T) {
 	// The config directory is config-examples/, read-only, mounted where
 	// the image looks for it.
 	image := parseDockerfile(t)
-	configDir := image.env["TOLLGATE_CONFIG_DIR"]
-	if configDir == "" {
-		t.Fatal("the Dockerfile sets no TOLLGATE_CONFIG_DIR")
-	}
+	configDir := image.configDir(t)
 	found := false
 	for _, v := range tg.Volumes {
 		if v.Target == configDir {
@@ -648,7 +645,26 @@ type image struct {
 	entrypoint  []string
 	goBuild     string // the RUN line that runs go build
 	copies      [][]string
-	binary      string // where the final stage puts tollgate
+	binary      string   // where the final stage puts tollgate
+	aliases     []string // further paths of the same binary in the final stage
+	workdir     string   // the final stage's WORKDIR
+}
+
+// configDir returns the directory the image serves rules from: its
+// TOLLGATE_CONFIG_DIR, else serve's default config-dir under its WORKDIR.
+func (img image) configDir(t *testing.T) string {
+	t.Helper()
+	if dir := img.env["TOLLGATE_CONFIG_DIR"]; dir != "" {
+		return dir
+	}
+	s, err := app.DefaultSettings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if filepath.IsAbs(s.ConfigDir) || img.workdir == "" {
+		return s.ConfigDir
+	}
+	return filepath.Join(img.workdir, s.ConfigDir)
 }
 
 // dockerInstruction is one instruction of a Dockerfile, its continuation
@@ -705,6 +721,9 @@ func parseDockerfile(t *testing.T) image {
 		switch in.cmd {
 		case "FROM":
 			img.froms = append(img.froms, in.args)
+			img.workdir = ""
+		case "WORKDIR":
+			img.workdir = in.args
 		case "ARG":
 			name, def, _ := strings.Cut(in.args, "=")
 			img.args[name] = def
@@ -737,7 +756,11 @@ func parseDockerfile(t *testing.T) image {
 			words := strings.Fields(in.args)
 			img.copies = append(img.copies, words)
 			if len(img.froms) > 1 && slices.Contains(words, "--from=build") {
-				img.binary = words[len(words)-1]
+				if img.binary == "" {
+					img.binary = words[len(words)-1]
+				} else {
+					img.aliases = append(img.aliases, words[len(words)-1])
+				}
 			}
 		}
 	}
@@ -890,12 +913,28 @@ func TestDockerfileImage(t *testing.T) {
 		t.Errorf("HEALTHCHECK --addr %q, want %q", got, want)
 	}
 
-	// config-examples/ is copied to the directory TOLLGATE_CONFIG_DIR names.
-	configDir := img.env["TOLLGATE_CONFIG_DIR"]
+	// config-examples/ is copied to the directory serve reads by default.
+	configDir := img.configDir(t)
 	if !slices.ContainsFunc(img.copies, func(c []string) bool {
 		return slices.Equal(c, []string{"config-examples/", strings.TrimSuffix(configDir, "/") + "/"})
 	}) {
-		t.Errorf("no COPY config-examples/ %s/ (TOLLGATE_CONFIG_DIR)", configDir)
+		t.Errorf("no COPY config-examples/ %s/ (the image's config directory)", configDir)
+	}
+	// No TOLLGATE_CONFIG_DIR: it would win over envoyproxy/ratelimit's
+	// RUNTIME_ROOT, and the image must serve that environment unchanged.
+	if dir, ok := img.env["TOLLGATE_CONFIG_DIR"]; ok {
+		t.Errorf("ENV TOLLGATE_CONFIG_DIR=%s would shadow RUNTIME_ROOT; let WORKDIR place the default config directory", dir)
+	}
+
+	// The binary also answers to envoyproxy/ratelimit's command path: the
+	// same file the build made, copied a second time.
+	if !slices.Equal(img.aliases, []string{"/bin/ratelimit"}) {
+		t.Errorf("further copies of the binary %q, want [/bin/ratelimit]", img.aliases)
+	}
+	for _, c := range img.copies {
+		if slices.Contains(c, "--from=build") && (len(c) != 3 || c[1] != "/out/tollgate") {
+			t.Errorf("COPY %q, want COPY --from=build /out/tollgate <path>", c)
+		}
 	}
 }
 
@@ -945,7 +984,7 @@ func closedAddr(t *testing.T) string {
 	return addr
 }
 
-// TestConfigDirFromEnvironment checks that the image's way of choosing the
+// TestConfigDirFromEnvironment checks that a way of choosing the
 // config directory, TOLLGATE_CONFIG_DIR, reaches serve.
 func TestConfigDirFromEnvironment(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "from-env")

@@ -2,13 +2,17 @@ package integration
 
 import (
 	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/tollgatehq/tollgate/integration/redistest"
 	"github.com/tollgatehq/tollgate/pkg/app"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/logtest"
+	"github.com/tollgatehq/tollgate/pkg/rlsclient"
 	"github.com/tollgatehq/tollgate/pkg/store/redis"
 	"github.com/tollgatehq/tollgate/pkg/tlsfiles/tlsfilestest"
 )
@@ -97,5 +101,82 @@ func TestSecretsTLSKeyStaysOut(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestSecretsRatelimitAuthStaysOut starts tollgate from envoyproxy/ratelimit's
+// environment with REDIS_AUTH, in both its forms, and checks that the
+// right one authenticates and that a wrong one appears in no log line
+// (debug level, go-redis's included), /debug/config, /metrics or /readyz.
+func TestSecretsRatelimitAuthStaysOut(t *testing.T) {
+	srv := redistest.StartStandalone(t, redistest.WithPassword("the-right-one"))
+	t.Cleanup(func() { redis.RouteClientLogs(slog.New(slog.DiscardHandler)) }) // serve routed them to its logger
+	for _, tt := range []struct {
+		name, auth string
+		secret     string // must not be shown
+		ok         bool
+	}{
+		{"password", "the-right-one", "the-right-one", true},
+		{"user and password", "default:the-right-one", "the-right-one", true},
+		{"wrong password", "wrong-auth-pw-3f9a", "wrong-auth-pw-3f9a", false},
+		{"wrong user password", "default:wrong-auth-pw-81d0", "wrong-auth-pw-81d0", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			root := runtimeRoot(t)
+			grpcAddr, httpAddr, debugAddr := closedAddr(t), closedAddr(t), closedAddr(t)
+			port := func(addr string) string { return addr[strings.LastIndexByte(addr, ':')+1:] }
+			logs := startFromEnv(t, map[string]string{
+				"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "ratelimit", "LOG_LEVEL": "debug",
+				"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": srv.Addr, "REDIS_AUTH": tt.auth,
+				"HOST": "127.0.0.1", "PORT": port(httpAddr), "GRPC_HOST": "127.0.0.1", "GRPC_PORT": port(grpcAddr),
+				"DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": port(debugAddr),
+			})
+			svc := &service{grpcAddr: grpcAddr, httpAddr: httpAddr, debugAddr: debugAddr}
+			eventually(t, settle, "the rules to load", func() bool {
+				resp, err := http.Get("http://" + debugAddr + "/debug/config")
+				if err != nil {
+					return false
+				}
+				resp.Body.Close()
+				return resp.StatusCode == http.StatusOK
+			})
+			client, err := rlsclient.Dial(grpcAddr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer client.Close()
+			svc.client = client
+			desc := entries("generic_key", "default", "client", tt.name) // the subtests share the Redis
+			if tt.ok {
+				for i := range 4 {
+					want := rlsv3.RateLimitResponse_OK
+					if i == 3 {
+						want = rlsv3.RateLimitResponse_OVER_LIMIT
+					}
+					if got := svc.query(t, "eg", desc).OverallCode; got != want {
+						t.Fatalf("hit %d: %v, want %v; logs:\n%s", i+1, got, want, logs)
+					}
+				}
+			} else {
+				eventually(t, settle, "the authentication failure to be logged", func() bool {
+					svc.query(t, "eg", desc)
+					return strings.Contains(logs.String(), "WRONGPASS")
+				})
+			}
+			seen := map[string]string{
+				"logs":          logs.String(),
+				"/debug/config": svc.get(t, debugAddr, "/debug/config"),
+				"/metrics":      svc.get(t, httpAddr, "/metrics"),
+				"/readyz":       svc.get(t, httpAddr, "/readyz"),
+			}
+			if !strings.Contains(seen["logs"], "REDIS_AUTH") {
+				t.Errorf("the logs do not name REDIS_AUTH as honoured:\n%s", seen["logs"])
+			}
+			for where, text := range seen {
+				if strings.Contains(text, tt.secret) {
+					t.Errorf("%s shows the password", where)
+				}
+			}
+		})
 	}
 }

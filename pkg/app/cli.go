@@ -29,6 +29,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return run(ctx, args, stdout, stderr, os.Getenv)
 }
 
+// MainEnv is Main reading the environment through getenv rather than
+// the process's, so that tests can start tollgate from an environment of
+// their own.
+func MainEnv(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	return run(ctx, args, stdout, stderr, getenv)
+}
+
 // run is Main reading the environment through getenv, so that tests need
 // not touch the process environment.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
@@ -177,6 +184,7 @@ environment, and the environment over the file.`,
 			return err
 		}
 		redis.RouteClientLogs(logger) // go-redis has one logger per process
+		s.ratelimitEnv.log(logger)
 		a, err := New(cmd.Context(), s, logger)
 		if err != nil {
 			return err

@@ -84,6 +84,10 @@ type Settings struct {
 	MaxPatterns    int `mapstructure:"max-patterns"`
 
 	XDSSettings `mapstructure:",squash"`
+
+	// ratelimitEnv is what loadSettings took from envoyproxy/ratelimit's
+	// environment (ratelimitenv.go), for serve to log.
+	ratelimitEnv ratelimitEnvReport
 }
 
 // maxBreakerCount bounds --breaker-failures and --breaker-probes, which
@@ -187,10 +191,15 @@ func loadSettings(fs *pflag.FlagSet, getenv func(string) string) (Settings, erro
 			return Settings{}, fmt.Errorf("reading settings file %s: %w", path, err)
 		}
 	}
+	report, err := applyRatelimitEnv(v, getenv)
+	if err != nil {
+		return Settings{}, err
+	}
 	var s Settings
 	if err := v.Unmarshal(&s); err != nil {
 		return Settings{}, fmt.Errorf("decoding settings: %w", err)
 	}
+	s.ratelimitEnv = report
 	if pw := getenv("TOLLGATE_REDIS_PASSWORD"); pw != "" {
 		s.RedisPassword = Secret(pw)
 	}

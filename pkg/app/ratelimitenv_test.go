@@ -1,0 +1,471 @@
+package app
+
+import (
+	"errors"
+	"flag"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/tollgatehq/tollgate/pkg/tlsfiles/tlsfilestest"
+)
+
+// TestRatelimitEnv maps envoyproxy/ratelimit's variables onto settings: one
+// case per rule, with the resulting settings, the honoured variables and
+// the exact warnings or error.
+func TestRatelimitEnv(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "tollgate.yaml")
+	if err := os.WriteFile(file, []byte("config-dir: /etc/mine\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tlsDir := t.TempDir()
+	ca := tlsfilestest.NewCA(t, "redis CA")
+	caFile := filepath.Join(tlsDir, "ca.pem")
+	tlsfilestest.WriteFile(t, caFile, ca.PEM)
+	certFile, keyFile := ca.Client(t, tlsfilestest.Names{DNS: []string{"tollgate"}}).Write(t, tlsDir)
+	const redisURL = "redis.ratelimit.svc:6379"
+	// asRatelimit is what every mapped environment changes: fixed windows
+	// and no response headers, as envoyproxy/ratelimit counts and answers.
+	asRatelimit := func(edit func(*Settings)) func(*Settings) {
+		return func(s *Settings) {
+			s.DefaultAlgorithm, s.ResponseHeaders = "fixed_window", "none"
+			s.ConfigDir = "/srv/runtime_data/current/config" // ratelimit's default runtime directory
+			if edit != nil {
+				edit(s)
+			}
+		}
+	}
+	tests := []struct {
+		name     string
+		args     []string
+		env      map[string]string
+		want     func(*Settings) // edits the defaults into the expected settings; nil: none expected
+		honoured string
+		warnings []string
+		err      string
+	}{
+		{
+			name: "generic names alone are not ratelimit's environment",
+			env:  map[string]string{"PORT": "3000", "HOST": "127.0.0.1", "LOG_LEVEL": "debug", "GRPC_PORT": "3001"},
+			want: func(*Settings) {},
+		},
+		{
+			name: "Envoy Gateway's environment",
+			env: map[string]string{
+				"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_WATCH_ROOT": "false",
+				"RUNTIME_IGNOREDOTFILES": "true", "USE_STATSD": "false", "LOG_LEVEL": "info",
+				"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": redisURL,
+			},
+			want: asRatelimit(func(s *Settings) {
+				s.ConfigDir, s.Store, s.RedisAddrs, s.LogLevel = "/data/ratelimit/config", "redis", []string{redisURL}, "info"
+			}),
+			honoured: "RUNTIME_ROOT,RUNTIME_SUBDIRECTORY,RUNTIME_WATCH_ROOT,RUNTIME_IGNOREDOTFILES,LOG_LEVEL,REDIS_URL,REDIS_SOCKET_TYPE,USE_STATSD",
+		},
+		{
+			name:     "runtime defaults and app directory",
+			env:      map[string]string{"RUNTIME_APPDIRECTORY": "rules"},
+			want:     asRatelimit(func(s *Settings) { s.ConfigDir = "/srv/runtime_data/current/rules" }),
+			honoured: "RUNTIME_APPDIRECTORY",
+		},
+		{
+			name: "listeners",
+			env: map[string]string{"REDIS_URL": redisURL, "REDIS_SOCKET_TYPE": "TCP", "HOST": "127.0.0.1", "PORT": "9000",
+				"GRPC_PORT": "9001", "DEBUG_HOST": "0.0.0.0", "DEBUG_PORT": "9002"},
+			want: asRatelimit(func(s *Settings) {
+				s.Store, s.RedisAddrs = "redis", []string{redisURL}
+				s.HTTPAddr, s.GRPCAddr, s.DebugAddr = "127.0.0.1:9000", ":9001", ":9002"
+			}),
+			honoured: "HOST,PORT,GRPC_PORT,DEBUG_HOST,DEBUG_PORT,REDIS_URL,REDIS_SOCKET_TYPE",
+		},
+		{
+			name: "a bad port",
+			env:  map[string]string{"RUNTIME_ROOT": "/data", "PORT": "http"},
+			err:  `envoyproxy/ratelimit environment: PORT: want a port number, got "http"`,
+		},
+		{
+			name:     "log level in any case, json",
+			env:      map[string]string{"RUNTIME_ROOT": "/d", "LOG_LEVEL": "WARNING", "LOG_FORMAT": "JSON"},
+			want:     asRatelimit(func(s *Settings) { s.ConfigDir, s.LogLevel, s.LogFormat = "/d/config", "warn", "json" }),
+			honoured: "RUNTIME_ROOT,LOG_LEVEL,LOG_FORMAT",
+		},
+		{
+			name:     "trace logs at debug, another format as text",
+			env:      map[string]string{"RUNTIME_ROOT": "/d", "LOG_LEVEL": "trace", "LOG_FORMAT": "logfmt"},
+			want:     asRatelimit(func(s *Settings) { s.ConfigDir, s.LogLevel = "/d/config", "debug" }),
+			honoured: "RUNTIME_ROOT,LOG_LEVEL,LOG_FORMAT",
+			warnings: []string{"LOG_FORMAT: not json, so text, as in envoyproxy/ratelimit"},
+		},
+		{
+			name: "unknown log level",
+			env:  map[string]string{"RUNTIME_ROOT": "/d", "LOG_LEVEL": "verbose"},
+			err:  `envoyproxy/ratelimit environment: LOG_LEVEL: unknown level "verbose" (want trace, debug, info, warn, error, fatal or panic)`,
+		},
+		{
+			name: "memcache",
+			env:  map[string]string{"BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": "mc:11211"},
+			err:  "envoyproxy/ratelimit environment: BACKEND_TYPE: memcache is not supported: tollgate counts in redis (or in memory)",
+		},
+		{
+			name:     "memcache variables without the memcache backend",
+			env:      map[string]string{"RUNTIME_ROOT": "/d", "MEMCACHE_HOST_PORT": "mc:11211"},
+			want:     asRatelimit(func(s *Settings) { s.ConfigDir = "/d/config" }),
+			honoured: "RUNTIME_ROOT",
+			warnings: []string{"MEMCACHE_HOST_PORT: ignored: tollgate has no memcache backend"},
+		},
+		{
+			name:     "redis backend without a URL",
+			env:      map[string]string{"RUNTIME_ROOT": "/d", "BACKEND_TYPE": "redis"},
+			want:     asRatelimit(func(s *Settings) { s.ConfigDir = "/d/config" }),
+			honoured: "RUNTIME_ROOT",
+			warnings: []string{"BACKEND_TYPE: redis without REDIS_URL: tollgate cannot use ratelimit's default unix socket, so it counts in memory"},
+		},
+		{
+			name: "unix socket",
+			env:  map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_URL": "/var/run/redis.sock"},
+			err:  "envoyproxy/ratelimit environment: REDIS_SOCKET_TYPE: unix sockets are not supported: tollgate connects to redis over tcp",
+		},
+		{
+			name: "socket type unset with a path",
+			env:  map[string]string{"REDIS_URL": "/var/run/redis.sock"},
+			err:  "envoyproxy/ratelimit environment: REDIS_SOCKET_TYPE: unset means unix, and REDIS_URL is a socket path: tollgate connects to redis over tcp",
+		},
+		{
+			name:     "socket type unset with an address",
+			env:      map[string]string{"REDIS_URL": redisURL},
+			want:     asRatelimit(func(s *Settings) { s.Store, s.RedisAddrs = "redis", []string{redisURL} }),
+			honoured: "REDIS_URL",
+			warnings: []string{"REDIS_SOCKET_TYPE: unset means unix in envoyproxy/ratelimit; REDIS_URL is no path, so tcp"},
+		},
+		{
+			name: "sentinel",
+			env:  map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "SENTINEL", "REDIS_URL": "mymaster,s1:26379,s2:26379"},
+			want: asRatelimit(func(s *Settings) {
+				s.Store, s.RedisType, s.RedisMasterName, s.RedisAddrs = "redis", "sentinel", "mymaster", []string{"s1:26379", "s2:26379"}
+			}),
+			honoured: "REDIS_URL,REDIS_SOCKET_TYPE,REDIS_TYPE",
+		},
+		{
+			name: "sentinel without sentinels",
+			env:  map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "sentinel", "REDIS_URL": "mymaster"},
+			err:  "envoyproxy/ratelimit environment: REDIS_URL: sentinel wants master-name,host:port[,host:port...]",
+		},
+		{
+			name: "cluster",
+			env:  map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "Cluster", "REDIS_URL": "n1:6379, n2:6379"},
+			want: asRatelimit(func(s *Settings) {
+				s.Store, s.RedisType, s.RedisAddrs = "redis", "cluster", []string{"n1:6379", "n2:6379"}
+			}),
+			honoured: "REDIS_URL,REDIS_SOCKET_TYPE,REDIS_TYPE",
+		},
+		{
+			name: "unknown redis type",
+			env:  map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "ring", "REDIS_URL": redisURL},
+			err:  `envoyproxy/ratelimit environment: REDIS_TYPE: unknown type "ring" (want single, sentinel or cluster)`,
+		},
+		{
+			name: "user and password",
+			env:  map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": redisURL, "REDIS_AUTH": "alice:pa:ss"},
+			want: asRatelimit(func(s *Settings) {
+				s.Store, s.RedisAddrs, s.RedisUsername, s.RedisPassword = "redis", []string{redisURL}, "alice", "pa:ss"
+			}),
+			honoured: "REDIS_URL,REDIS_SOCKET_TYPE,REDIS_AUTH",
+		},
+		{
+			name: "password alone",
+			env:  map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": redisURL, "REDIS_AUTH": "s3cret"},
+			want: asRatelimit(func(s *Settings) {
+				s.Store, s.RedisAddrs, s.RedisPassword = "redis", []string{redisURL}, "s3cret"
+			}),
+			honoured: "REDIS_URL,REDIS_SOCKET_TYPE,REDIS_AUTH",
+		},
+		{
+			name: "tollgate's password wins",
+			env:  map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": redisURL, "REDIS_AUTH": "s3cret", "TOLLGATE_REDIS_PASSWORD": "mine"},
+			want: asRatelimit(func(s *Settings) {
+				s.Store, s.RedisAddrs, s.RedisPassword = "redis", []string{redisURL}, "mine"
+			}),
+			honoured: "REDIS_URL,REDIS_SOCKET_TYPE",
+			warnings: []string{"REDIS_AUTH: ignored: tollgate's own setting redis-password wins"},
+		},
+		{
+			name: "redis TLS",
+			env: map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": redisURL, "REDIS_TLS": "true",
+				"REDIS_TLS_CACERT": caFile, "REDIS_TLS_CLIENT_CERT": certFile, "REDIS_TLS_CLIENT_KEY": keyFile,
+				"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true"},
+			want: asRatelimit(func(s *Settings) {
+				s.Store, s.RedisAddrs, s.RedisTLS = "redis", []string{redisURL}, true
+				s.RedisTLSCA, s.RedisTLSCert, s.RedisTLSKey = caFile, certFile, keyFile
+			}),
+			honoured: "REDIS_URL,REDIS_SOCKET_TYPE,REDIS_TLS,REDIS_TLS_CACERT,REDIS_TLS_CLIENT_CERT,REDIS_TLS_CLIENT_KEY",
+			warnings: []string{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION: not supported: tollgate verifies the redis host name; set redis-tls-server-name to the name in its certificate"},
+		},
+		{
+			name:     "redis TLS files without REDIS_TLS",
+			env:      map[string]string{"RUNTIME_ROOT": "/d", "REDIS_TLS_CACERT": "/ca.pem"},
+			want:     asRatelimit(func(s *Settings) { s.ConfigDir = "/d/config" }),
+			honoured: "RUNTIME_ROOT",
+			warnings: []string{"REDIS_TLS_CACERT: ignored without REDIS_TLS=true, as in envoyproxy/ratelimit"},
+		},
+		{
+			name: "pool, pipeline window 0, key prefix, shadow mode",
+			env: map[string]string{"RUNTIME_ROOT": "/d", "REDIS_POOL_SIZE": "20", "REDIS_PIPELINE_WINDOW": "0",
+				"CACHE_KEY_PREFIX": "rl_", "SHADOW_MODE": "true", "REDIS_PIPELINE_LIMIT": "8"},
+			want: asRatelimit(func(s *Settings) {
+				s.ConfigDir, s.RedisPoolSize, s.RedisBatchWindow, s.RedisKeyPrefix, s.ShadowMode = "/d/config", 20, -1, "rl_", true
+			}),
+			honoured: "RUNTIME_ROOT,REDIS_POOL_SIZE,REDIS_PIPELINE_WINDOW,CACHE_KEY_PREFIX,SHADOW_MODE",
+			warnings: []string{"REDIS_PIPELINE_LIMIT: ignored: tollgate bounds a batch by --redis-batch-window alone"},
+		},
+		{
+			name:     "pipeline window",
+			env:      map[string]string{"RUNTIME_ROOT": "/d", "REDIS_PIPELINE_WINDOW": "150us"},
+			want:     asRatelimit(func(s *Settings) { s.ConfigDir, s.RedisBatchWindow = "/d/config", 150*time.Microsecond }),
+			honoured: "RUNTIME_ROOT,REDIS_PIPELINE_WINDOW",
+		},
+		{
+			name: "a second redis per second",
+			env:  map[string]string{"RUNTIME_ROOT": "/d", "REDIS_PERSECOND": "true"},
+			err:  "envoyproxy/ratelimit environment: REDIS_PERSECOND: a second redis for per-second limits is not supported: tollgate counts every unit in one",
+		},
+		{
+			name: "ignored cache settings",
+			env: map[string]string{"RUNTIME_ROOT": "/d", "EXPIRATION_JITTER_MAX_SECONDS": "300", "NEAR_LIMIT_RATIO": "0.9",
+				"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true"},
+			want:     asRatelimit(func(s *Settings) { s.ConfigDir = "/d/config" }),
+			honoured: "RUNTIME_ROOT,STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
+			warnings: []string{
+				"EXPIRATION_JITTER_MAX_SECONDS: ignored: tollgate's keys expire when their window or bucket does, without jitter",
+				"NEAR_LIMIT_RATIO: ignored: tollgate has no near-limit statistic; tollgate_decisions counts decisions by result",
+			},
+		},
+		{
+			name:     "response headers",
+			env:      map[string]string{"RUNTIME_ROOT": "/d", "LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_LIMIT_HEADER": "ratelimit-limit", "LIMIT_RESET_HEADER": "X-Reset"},
+			want:     asRatelimit(func(s *Settings) { s.ConfigDir, s.ResponseHeaders = "/d/config", "draft03" }),
+			honoured: "RUNTIME_ROOT,LIMIT_RESPONSE_HEADERS_ENABLED,LIMIT_LIMIT_HEADER",
+			warnings: []string{"LIMIT_RESET_HEADER: ignored: tollgate's header names are fixed (RateLimit-Reset in draft03)"},
+		},
+		{
+			name: "rules over xDS",
+			env: map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": "eg:18001", "CONFIG_GRPC_XDS_NODE_ID": "rl",
+				"CONFIG_GRPC_XDS_NODE_METADATA": "cluster=eg,zone=a=b,nokv", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "authorization:Bearer t,x-a:b:c",
+				"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "5s", "CONFIG_GRPC_XDS_SERVER_USE_TLS": "true",
+				"CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "/c.pem", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": "/k.pem",
+				"CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "/ca.pem", "CONFIG_GRPC_XDS_SERVER_TLS_SAN": "eg.svc",
+				"FORCE_START_WITHOUT_INITIAL_CONFIG": "true"},
+			want: asRatelimit(func(s *Settings) {
+				s.ConfigType, s.XDSServer, s.XDSNodeID = "xds", "eg:18001", "rl"
+				s.XDSNodeMetadata, s.XDSHeaders = `{"cluster":"eg","zone":"a=b"}`, "authorization=Bearer t,x-a=b:c"
+				s.XDSRetryInterval, s.XDSTLS, s.XDSTLSCert, s.XDSTLSKey, s.XDSTLSCA, s.XDSTLSSAN = 5*time.Second, true, "/c.pem", "/k.pem", "/ca.pem", "eg.svc"
+				s.ForceStart = true
+			}),
+			honoured: "FORCE_START_WITHOUT_INITIAL_CONFIG,CONFIG_TYPE,CONFIG_GRPC_XDS_SERVER_URL,CONFIG_GRPC_XDS_NODE_ID,CONFIG_GRPC_XDS_NODE_METADATA," +
+				"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS,CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL,CONFIG_GRPC_XDS_SERVER_USE_TLS," +
+				"CONFIG_GRPC_XDS_CLIENT_TLS_CERT,CONFIG_GRPC_XDS_CLIENT_TLS_KEY,CONFIG_GRPC_XDS_SERVER_TLS_CACERT,CONFIG_GRPC_XDS_SERVER_TLS_SAN",
+			warnings: []string{"CONFIG_GRPC_XDS_NODE_METADATA: 1 pairs without '=' ignored, as in envoyproxy/ratelimit"},
+		},
+		{
+			name: "xDS headers not name:value",
+			env:  map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "authorization=Bearer t0k3n"},
+			err:  "envoyproxy/ratelimit environment: CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS: 1 pairs are not name:value",
+		},
+		{
+			name: "unknown config type",
+			env:  map[string]string{"CONFIG_TYPE": "GRPC_XDS_DELTA"},
+			err:  `envoyproxy/ratelimit environment: CONFIG_TYPE: unknown type "GRPC_XDS_DELTA" (want FILE or GRPC_XDS_SOTW)`,
+		},
+		{
+			name: "gRPC server TLS",
+			env: map[string]string{"RUNTIME_ROOT": "/d", "GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/s.pem",
+				"GRPC_SERVER_TLS_KEY": "/s.key", "GRPC_CLIENT_TLS_CACERT": "/ca.pem", "GRPC_CLIENT_TLS_SAN": "envoy"},
+			want: asRatelimit(func(s *Settings) {
+				s.ConfigDir, s.GRPCTLSCert, s.GRPCTLSKey, s.GRPCTLSClientCA, s.GRPCTLSClientSAN = "/d/config", "/s.pem", "/s.key", "/ca.pem", "envoy"
+			}),
+			honoured: "RUNTIME_ROOT,GRPC_SERVER_USE_TLS,GRPC_SERVER_TLS_CERT,GRPC_SERVER_TLS_KEY,GRPC_CLIENT_TLS_CACERT,GRPC_CLIENT_TLS_SAN",
+		},
+		{
+			name: "gRPC client SAN without a CA",
+			env: map[string]string{"RUNTIME_ROOT": "/d", "GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/s.pem",
+				"GRPC_SERVER_TLS_KEY": "/s.key", "GRPC_CLIENT_TLS_SAN": "envoy"},
+			want: asRatelimit(func(s *Settings) {
+				s.ConfigDir, s.GRPCTLSCert, s.GRPCTLSKey = "/d/config", "/s.pem", "/s.key"
+			}),
+			honoured: "RUNTIME_ROOT,GRPC_SERVER_USE_TLS,GRPC_SERVER_TLS_CERT,GRPC_SERVER_TLS_KEY",
+			warnings: []string{"GRPC_CLIENT_TLS_SAN: ignored without GRPC_CLIENT_TLS_CACERT, as in envoyproxy/ratelimit"},
+		},
+		{
+			name: "gRPC server TLS without files",
+			env:  map[string]string{"GRPC_SERVER_USE_TLS": "true"},
+			err:  "envoyproxy/ratelimit environment: GRPC_SERVER_USE_TLS: true needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY",
+		},
+		{
+			name:     "gRPC TLS files without GRPC_SERVER_USE_TLS",
+			env:      map[string]string{"GRPC_SERVER_TLS_CERT": "/s.pem", "GRPC_SERVER_TLS_KEY": "/s.key"},
+			want:     asRatelimit(nil),
+			warnings: []string{"GRPC_SERVER_TLS_CERT, GRPC_SERVER_TLS_KEY: ignored without GRPC_SERVER_USE_TLS=true, as in envoyproxy/ratelimit"},
+		},
+		{
+			name: "tracing over http",
+			env:  map[string]string{"TRACING_ENABLED": "true"},
+			err:  "envoyproxy/ratelimit environment: TRACING_EXPORTER_PROTOCOL: http is not supported: tollgate exports OTLP over gRPC only; set it to grpc",
+		},
+		{
+			name: "tracing over gRPC",
+			env:  map[string]string{"TRACING_ENABLED": "true", "TRACING_EXPORTER_PROTOCOL": "grpc", "TRACING_SAMPLING_RATE": "0.25", "TRACING_SERVICE_NAME": "rl"},
+			want: asRatelimit(func(s *Settings) {
+				s.TracingEndpoint, s.TracingSampleRatio = "http://localhost:4317", 0.25
+			}),
+			honoured: "TRACING_ENABLED,TRACING_EXPORTER_PROTOCOL,TRACING_SAMPLING_RATE",
+			warnings: []string{"TRACING_SERVICE_NAME: ignored: set OTEL_SERVICE_NAME instead"},
+		},
+		{
+			name:     "statsd and prometheus",
+			env:      map[string]string{"USE_STATSD": "true", "STATSD_HOST": "statsd", "USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":9090"},
+			want:     asRatelimit(nil),
+			honoured: "USE_PROMETHEUS",
+			warnings: []string{
+				"USE_STATSD, STATSD_HOST: ignored: tollgate exports Prometheus metrics (/metrics on the HTTP address) and OTLP, not statsd",
+				"PROMETHEUS_ADDR: ignored: tollgate serves /metrics on its HTTP address",
+			},
+		},
+		{
+			name: "tollgate's own flags, environment and file win",
+			args: []string{"--http-addr", "127.0.0.1:1", "--default-algorithm", "sliding_window_counter", "--settings", file},
+			env:  map[string]string{"RUNTIME_ROOT": "/d", "PORT": "9000", "TOLLGATE_RESPONSE_HEADERS": "ietf", "LIMIT_RESPONSE_HEADERS_ENABLED": "true"},
+			want: func(s *Settings) {
+				s.HTTPAddr, s.DefaultAlgorithm, s.ConfigDir, s.ResponseHeaders = "127.0.0.1:1", "sliding_window_counter", "/etc/mine", "ietf"
+			},
+			warnings: []string{
+				"RUNTIME_ROOT: ignored: tollgate's own setting config-dir wins",
+				"PORT: ignored: tollgate's own setting http-addr wins",
+				"LIMIT_RESPONSE_HEADERS_ENABLED: ignored: tollgate's own setting response-headers wins",
+			},
+		},
+	}
+	tests = append(tests, struct {
+		name     string
+		args     []string
+		env      map[string]string
+		want     func(*Settings)
+		honoured string
+		warnings []string
+		err      string
+	}{
+		name:     "local cache",
+		env:      map[string]string{"RUNTIME_ROOT": "/d", "LOCAL_CACHE_SIZE_IN_BYTES": "1048576"},
+		want:     asRatelimit(func(s *Settings) { s.ConfigDir, s.OverLimitCacheBytes = "/d/config", 1048576 }),
+		honoured: "RUNTIME_ROOT,LOCAL_CACHE_SIZE_IN_BYTES",
+	})
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := settingsFlags(pflag.NewFlagSet("serve", pflag.ContinueOnError))
+			if err := fs.Parse(tt.args); err != nil {
+				t.Fatal(err)
+			}
+			got, err := loadSettings(fs, func(k string) string { return tt.env[k] })
+			if tt.err != "" {
+				if err == nil || err.Error() != tt.err || !errors.Is(err, ErrRatelimitEnv) {
+					t.Fatalf("error %v, want %q", err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := DefaultSettings()
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.want(&want)
+			report := got.ratelimitEnv
+			got.ratelimitEnv, want.ratelimitEnv = ratelimitEnvReport{}, ratelimitEnvReport{}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("settings\n got %+v\nwant %+v", got, want)
+			}
+			if h := strings.Join(report.Honoured, ","); h != tt.honoured {
+				t.Errorf("honoured %q, want %q", h, tt.honoured)
+			}
+			if !slices.Equal(report.Warnings, tt.warnings) {
+				t.Errorf("warnings\n got %q\nwant %q", report.Warnings, tt.warnings)
+			}
+		})
+	}
+}
+
+var updateReadme = flag.Bool("update-readme", false, "rewrite README.md's envoyproxy/ratelimit environment table")
+
+// TestRatelimitEnvTableInReadme keeps the README's environment table what
+// the mapping does.
+func TestRatelimitEnvTableInReadme(t *testing.T) {
+	data, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const begin, end = "<!-- ratelimit-env-table: generated from pkg/app/ratelimitenv.go -->\n", "<!-- /ratelimit-env-table -->"
+	_, rest, ok := strings.Cut(string(data), begin)
+	table, _, ok2 := strings.Cut(rest, end)
+	if !ok || !ok2 {
+		t.Fatalf("README.md has no %q ... %q block", begin, end)
+	}
+	if want := ratelimitEnvTable(); *updateReadme && table != want {
+		out := strings.Replace(string(data), begin+table+end, begin+want+end, 1)
+		if err := os.WriteFile("../../README.md", []byte(out), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	} else if table != want {
+		t.Errorf("README.md's environment table differs from the mapping (go test ./pkg/app -run TableInReadme -update-readme); want:\n%s", want)
+	}
+}
+
+// TestRatelimitVarsTable checks the table's own consistency: each
+// variable once, and each without an Apply read by another row.
+func TestRatelimitVarsTable(t *testing.T) {
+	seen := map[string]bool{}
+	for _, r := range ratelimitVars() {
+		if seen[r.Name] {
+			t.Errorf("%s: listed twice", r.Name)
+		}
+		seen[r.Name] = true
+		if r.Note == "" {
+			t.Errorf("%s: no note", r.Name)
+		}
+		if r.Apply == nil && !strings.HasPrefix(r.Note, "read ") {
+			t.Errorf("%s: no Apply, and the note does not say which row reads it", r.Name)
+		}
+	}
+}
+
+// TestRatelimitEnvReportLog pins the start-up lines: names, never values,
+// each warning once, and nothing outside ratelimit's environment.
+func TestRatelimitEnvReportLog(t *testing.T) {
+	noTime := func(_ []string, a slog.Attr) slog.Attr {
+		if a.Key == slog.TimeKey {
+			return slog.Attr{}
+		}
+		return a
+	}
+	for _, tt := range []struct {
+		report ratelimitEnvReport
+		want   string
+	}{
+		{ratelimitEnvReport{Honoured: []string{"PORT"}}, ""},
+		{ratelimitEnvReport{Active: true, Honoured: []string{"RUNTIME_ROOT", "REDIS_AUTH"}, Warnings: []string{"USE_STATSD: ignored"}, FixedWindow: true, NoHeaders: true},
+			`level=INFO msg="envoyproxy/ratelimit environment honoured" variables=RUNTIME_ROOT,REDIS_AUTH` + "\n" +
+				`level=INFO msg="envoyproxy/ratelimit environment: default algorithm fixed_window, as envoyproxy/ratelimit counts"` + "\n" +
+				`level=INFO msg="envoyproxy/ratelimit environment: response headers none, as envoyproxy/ratelimit sends none without LIMIT_RESPONSE_HEADERS_ENABLED"` + "\n" +
+				`level=WARN msg="envoyproxy/ratelimit environment: USE_STATSD: ignored"` + "\n"},
+	} {
+		var buf strings.Builder
+		tt.report.log(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{ReplaceAttr: noTime})))
+		if buf.String() != tt.want {
+			t.Errorf("log\n%s\nwant\n%s", buf.String(), tt.want)
+		}
+	}
+}
