@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net"
 	"strings"
 	"testing"
@@ -13,41 +12,6 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/rls"
 	"github.com/tollgatehq/tollgate/pkg/rlsclient"
 )
-
-// startApp runs an App serving config-examples/ on loopback ports until
-// the test ends and returns its gRPC address.
-func startApp(t *testing.T, tweak func(*Settings)) string {
-	t.Helper()
-	s, err := DefaultSettings()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.ConfigDir, s.GRPCAddr, s.HTTPAddr, s.DebugAddr = "../../config-examples", "127.0.0.1:0", "127.0.0.1:0", ""
-	if tweak != nil {
-		tweak(&s)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	a, err := New(ctx, s, slog.New(slog.DiscardHandler))
-	if err != nil {
-		cancel()
-		t.Fatalf("starting tollgate: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Error("Run did not return within 10 s of the stop")
-		}
-	})
-	grpcAddr, _, _ := a.Addrs()
-	return grpcAddr
-}
 
 // closedPort returns a loopback address that nothing listens on.
 func closedPort(t *testing.T) string {
@@ -90,7 +54,7 @@ func silentListener(t *testing.T) string {
 }
 
 func TestHealth(t *testing.T) {
-	serving := startApp(t, nil)
+	serving := serveTest(t, "../../config-examples", nil).grpcAddr
 	closed := closedPort(t)
 	silent := silentListener(t)
 	tests := []struct {
@@ -167,9 +131,9 @@ func TestHealth(t *testing.T) {
 // store is down: the store's health service turns NOT_SERVING once the
 // breaker opens.
 func TestHealthNotServing(t *testing.T) {
-	grpcAddr := startApp(t, func(s *Settings) {
+	grpcAddr := serveTest(t, "../../config-examples", func(s *Settings) {
 		s.Store, s.RedisAddrs, s.BreakerFailures = "redis", []string{closedPort(t)}, 1
-	})
+	}).grpcAddr
 	client, err := rlsclient.Dial(grpcAddr)
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -21,46 +20,6 @@ import (
 )
 
 // runningApp is a tollgate serving on loopback ports until the test ends.
-type runningApp struct {
-	grpcAddr, httpAddr, debugAddr string
-}
-
-// serveTest starts a tollgate serving the configuration in dir on the
-// memory store; tweak, if not nil, changes its settings first.
-func serveTest(t *testing.T, dir string, tweak func(*Settings)) runningApp {
-	t.Helper()
-	s, err := DefaultSettings()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.ConfigDir, s.GRPCAddr, s.HTTPAddr, s.DebugAddr = dir, "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	if tweak != nil {
-		tweak(&s)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	a, err := New(ctx, s, slog.New(slog.DiscardHandler))
-	if err != nil {
-		cancel()
-		t.Fatalf("starting tollgate: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Error("Run did not return within 10 s of the stop")
-		}
-	})
-	var r runningApp
-	r.grpcAddr, r.httpAddr, r.debugAddr = a.Addrs()
-	return r
-}
-
 func httpGet(t *testing.T, url string) string {
 	t.Helper()
 	resp, err := http.Get(url)

@@ -1,8 +1,6 @@
 package app
 
 import (
-	"context"
-	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -42,32 +40,11 @@ func startXDSServer(t *testing.T) (addr string, cache cachev3.SnapshotCache) {
 // returns its gRPC and HTTP addresses.
 func startXDSApp(t *testing.T, addr string, forceStart bool) (grpcAddr, httpAddr string) {
 	t.Helper()
-	s, err := DefaultSettings()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.GRPCAddr, s.HTTPAddr, s.DebugAddr = "127.0.0.1:0", "127.0.0.1:0", ""
-	s.ConfigType, s.XDSServer, s.XDSNodeID, s.XDSRetryInterval = "xds", addr, "tollgate-app-test", 20*time.Millisecond
-	s.ForceStart = forceStart
-	if err := s.validate(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	a, err := New(ctx, s, slog.New(slog.DiscardHandler))
-	if err != nil {
-		cancel()
-		t.Fatalf("starting tollgate: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
+	app := serveTest(t, "", func(s *Settings) {
+		s.ConfigType, s.XDSServer, s.XDSNodeID, s.XDSRetryInterval = "xds", addr, "tollgate-app-test", 20*time.Millisecond
+		s.ForceStart = forceStart
 	})
-	grpcAddr, httpAddr, _ = a.Addrs()
-	return grpcAddr, httpAddr
+	return app.grpcAddr, app.httpAddr
 }
 
 func readyz(t *testing.T, httpAddr string) int {
