@@ -2,17 +2,11 @@ package xds_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"io/fs"
 	"log/slog"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -35,6 +29,7 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/logtest"
 	"github.com/tollgatehq/tollgate/pkg/reload"
+	"github.com/tollgatehq/tollgate/pkg/tlsfiles/tlsfilestest"
 	"github.com/tollgatehq/tollgate/pkg/xds"
 )
 
@@ -371,60 +366,15 @@ type pki struct {
 func newPKI(t *testing.T) pki {
 	t.Helper()
 	dir := t.TempDir()
-	caKey := newKey(t)
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "tollgate test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	ca := tlsfilestest.NewCA(t, "tollgate test CA")
+	srv := ca.Server(t, tlsfilestest.Names{DNS: []string{"xds.test"}})
+	server, err := tls.X509KeyPair(srv.CertPEM, srv.KeyPEM)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	issue := func(serial int64, usage x509.ExtKeyUsage, dns ...string) ([]byte, *ecdsa.PrivateKey) {
-		key := newKey(t)
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "tollgate test"},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}, DNSNames: dns,
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return der, key
-	}
-	p := pki{pool: x509.NewCertPool(), caFile: filepath.Join(dir, "ca.pem"), certFile: filepath.Join(dir, "client.pem"), keyFile: filepath.Join(dir, "client-key.pem")}
-	p.pool.AddCert(ca)
-	serverDER, serverKey := issue(2, x509.ExtKeyUsageServerAuth, "xds.test")
-	p.server = tls.Certificate{Certificate: [][]byte{serverDER}, PrivateKey: serverKey}
-	clientDER, clientKey := issue(3, x509.ExtKeyUsageClientAuth)
-	keyDER, err := x509.MarshalECPrivateKey(clientKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writePEM(t, p.caFile, "CERTIFICATE", caDER)
-	writePEM(t, p.certFile, "CERTIFICATE", clientDER)
-	writePEM(t, p.keyFile, "EC PRIVATE KEY", keyDER)
+	p := pki{pool: x509.NewCertPool(), server: server, caFile: filepath.Join(dir, "ca.pem")}
+	p.pool.AppendCertsFromPEM(ca.PEM)
+	tlsfilestest.WriteFile(t, p.caFile, ca.PEM)
+	p.certFile, p.keyFile = ca.Client(t, tlsfilestest.Names{}).Write(t, dir)
 	return p
-}
-
-func newKey(t *testing.T) *ecdsa.PrivateKey {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
-func writePEM(t *testing.T, path, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
 }
