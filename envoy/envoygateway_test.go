@@ -1,7 +1,6 @@
 package envoy_test
 
 import (
-	"errors"
 	"fmt"
 	"maps"
 	"net"
@@ -309,15 +308,7 @@ func (o *egObjects) decode(d document) error {
 // decodeEnvoyGateway decodes every document of files, by path.
 func decodeEnvoyGateway(files map[string][]byte) (*egObjects, error) {
 	o := &egObjects{where: map[any]document{}}
-	var errs []error
-	for _, name := range slices.Sorted(maps.Keys(files)) {
-		for _, d := range splitDocuments(name, files[name]) {
-			if err := o.decode(d); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	return o, errors.Join(errs...)
+	return o, decodeDocuments(files, o.decode)
 }
 
 // filesOfKind reads the YAML files under envoy/ that kind() puts in k.

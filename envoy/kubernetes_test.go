@@ -163,15 +163,21 @@ func manifestFiles(t *testing.T) map[string][]byte {
 // decodeManifests decodes every document of files.
 func decodeManifests(files map[string][]byte) (*objects, error) {
 	o := &objects{where: map[any]document{}}
+	return o, decodeDocuments(files, o.decode)
+}
+
+// decodeDocuments hands every document of files, in path order, to decode
+// and joins the errors.
+func decodeDocuments(files map[string][]byte, decode func(document) error) error {
 	var errs []error
 	for _, name := range slices.Sorted(maps.Keys(files)) {
 		for _, d := range splitDocuments(name, files[name]) {
-			if err := o.decode(d); err != nil {
+			if err := decode(d); err != nil {
 				errs = append(errs, err)
 			}
 		}
 	}
-	return o, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 func loadManifests(t *testing.T) *objects {
