@@ -9,11 +9,10 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/tollgatehq/tollgate/integration/redistest"
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
+	"github.com/tollgatehq/tollgate/pkg/metrictest"
 	"github.com/tollgatehq/tollgate/pkg/store"
 	"github.com/tollgatehq/tollgate/pkg/store/memory"
 	"github.com/tollgatehq/tollgate/pkg/store/overlimit"
@@ -54,8 +53,7 @@ func redisBackend(t *testing.T, clock *storetest.Clock) backend {
 	srv := redistest.StartStandalone(t)
 	client := goredis.NewClient(&goredis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = client.Close() })
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	mp, sum := metrictest.New(t)
 	newStore := func(prefix string, opts redis.Options) *redis.Store {
 		opts.Client, opts.KeyPrefix, opts.Now = client, prefix, clock.Now
 		s, err := redis.New(opts)
@@ -67,35 +65,7 @@ func redisBackend(t *testing.T, clock *storetest.Clock) backend {
 	}
 	next := newStore("a", redis.Options{MeterProvider: mp})
 	ref := newStore("b", redis.Options{})
-	return backend{next: next, ref: ref, calls: func() int64 { return sum(t, reader, "tollgate_redis_round_trips") }}
-}
-
-// sum adds up the data points of an Int64 counter or gauge.
-func sum(t *testing.T, reader *sdkmetric.ManualReader, name string) int64 {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatalf("collecting metrics: %v", err)
-	}
-	var n int64
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if m.Name != name {
-				continue
-			}
-			switch d := m.Data.(type) {
-			case metricdata.Sum[int64]:
-				for _, dp := range d.DataPoints {
-					n += dp.Value
-				}
-			case metricdata.Gauge[int64]:
-				for _, dp := range d.DataPoints {
-					n += dp.Value
-				}
-			}
-		}
-	}
-	return n
+	return backend{next: next, ref: ref, calls: func() int64 { return sum("tollgate_redis_round_trips") }}
 }
 
 var limits = []algorithm.Limit{
@@ -265,8 +235,7 @@ type switching struct{ store.Store }
 func TestBound(t *testing.T) {
 	const maxBytes = 64 << 10
 	clock := storetest.NewClock(start)
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	mp, sum := metrictest.New(t)
 	c, err := overlimit.New(memory.New(memory.Options{Now: clock.Now}), overlimit.Options{MaxBytes: maxBytes, Now: clock.Now, MeterProvider: mp})
 	if err != nil {
 		t.Fatal(err)
@@ -293,15 +262,15 @@ func TestBound(t *testing.T) {
 	if n == 0 || n >= keys || int64(n)*overlimit.EntryOverhead > maxBytes {
 		t.Errorf("%d entries held after %d keys with a budget of %d bytes", n, keys, maxBytes)
 	}
-	if g := sum(t, reader, "tollgate_overlimit_cache_entries"); g != int64(n) {
+	if g := sum("tollgate_overlimit_cache_entries"); g != int64(n) {
 		t.Errorf("tollgate_overlimit_cache_entries = %d, want %d", g, n)
 	}
 	// The newest key is held and answered locally.
-	before := sum(t, reader, "tollgate_overlimit_cache_hits")
+	before := sum("tollgate_overlimit_cache_hits")
 	if err := c.Apply(ctx, []store.Hit{hit(l, fmt.Sprint("client-", keys-1), 1)}, v); err != nil {
 		t.Fatal(err)
 	}
-	if got := sum(t, reader, "tollgate_overlimit_cache_hits") - before; got != 1 {
+	if got := sum("tollgate_overlimit_cache_hits") - before; got != 1 {
 		t.Errorf("tollgate_overlimit_cache_hits grew by %d, want 1", got)
 	}
 }

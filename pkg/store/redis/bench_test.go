@@ -16,6 +16,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/integration/redistest"
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
+	"github.com/tollgatehq/tollgate/pkg/metrictest"
 	"github.com/tollgatehq/tollgate/pkg/store"
 	"github.com/tollgatehq/tollgate/pkg/store/redis"
 )
@@ -36,7 +37,7 @@ func BenchmarkApply(b *testing.B) {
 			}
 			b.Run(name, func(b *testing.B) {
 				client := d.client(b)
-				mp, sum := metricsReader(b)
+				mp, sum := metrictest.New(b)
 				s := newStore(b, redis.Options{Client: client, BatchWindow: window, MeterProvider: mp})
 				l := limit(algorithm.TokenBucket, 1e9, time.Second)
 				apply(b, s, hit("warm-up", l, 1))
@@ -80,7 +81,7 @@ func BenchmarkApplyKeys(b *testing.B) {
 	const keys = 10_000
 	d := standalone(b)
 	client := d.client(b)
-	mp, sum := metricsReader(b)
+	mp, sum := metrictest.New(b)
 	s := newStore(b, redis.Options{Client: client, MeterProvider: mp})
 	l := limit(algorithm.TokenBucket, 1000, time.Second)
 	names := make([]string, keys)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
+	"github.com/tollgatehq/tollgate/pkg/metrictest"
 	"github.com/tollgatehq/tollgate/pkg/store"
 	"github.com/tollgatehq/tollgate/pkg/store/redis"
 	"github.com/tollgatehq/tollgate/pkg/store/storetest"
@@ -114,7 +115,7 @@ func TestMergedBatches(t *testing.T) {
 			if err := client.HSet(context.Background(), key, "f", "v").Err(); err != nil {
 				t.Fatal(err)
 			}
-			mp, sum := metricsReader(t)
+			mp, sum := metrictest.New(t)
 			clock := storetest.NewClock(t0)
 			s := newStore(t, redis.Options{Client: client, KeyPrefix: prefix, Now: clock.Now, MeterProvider: mp})
 			apply(t, s, hit("warm-up", five, 0)) // the script loaded

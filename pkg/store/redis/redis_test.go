@@ -13,11 +13,10 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/tollgatehq/tollgate/integration/redistest"
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
+	"github.com/tollgatehq/tollgate/pkg/metrictest"
 	"github.com/tollgatehq/tollgate/pkg/store"
 	"github.com/tollgatehq/tollgate/pkg/store/redis"
 	"github.com/tollgatehq/tollgate/pkg/store/storetest"
@@ -121,38 +120,6 @@ func TestVectors(t *testing.T) {
 				})
 			}
 		}
-	}
-}
-
-// metricsReader returns a meter provider and a function that sums an
-// Int64 counter of it, or the values recorded by an Int64 histogram.
-func metricsReader(t testing.TB) (*sdkmetric.MeterProvider, func(name string) int64) {
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	return mp, func(name string) int64 {
-		var rm metricdata.ResourceMetrics
-		if err := reader.Collect(context.Background(), &rm); err != nil {
-			t.Fatalf("collecting metrics: %v", err)
-		}
-		var n int64
-		for _, sm := range rm.ScopeMetrics {
-			for _, m := range sm.Metrics {
-				if m.Name != name {
-					continue
-				}
-				switch data := m.Data.(type) {
-				case metricdata.Sum[int64]:
-					for _, dp := range data.DataPoints {
-						n += dp.Value
-					}
-				case metricdata.Histogram[int64]:
-					for _, dp := range data.DataPoints {
-						n += dp.Sum
-					}
-				}
-			}
-		}
-		return n
 	}
 }
 
@@ -341,7 +308,7 @@ func TestNoScript(t *testing.T) {
 		for _, window := range []time.Duration{0, -1} {
 			t.Run(fmt.Sprintf("%s/window=%v", d.name, window), func(t *testing.T) {
 				client := d.client(t)
-				mp, sum := metricsReader(t)
+				mp, sum := metrictest.New(t)
 				s := newStore(t, redis.Options{Client: client, BatchWindow: window, MeterProvider: mp, KeyPrefix: "ns" + strconv.Itoa(int(window))})
 				l := limit(algorithm.FixedWindow, 10, time.Hour)
 				for i := range 3 {
@@ -424,7 +391,7 @@ func TestConcurrentHitsNeverExceed(t *testing.T) {
 func TestCrossSlotRollback(t *testing.T) {
 	d := cluster(t)
 	client := d.client(t)
-	mp, sum := metricsReader(t)
+	mp, sum := metrictest.New(t)
 	s := newStore(t, redis.Options{Client: client, KeyPrefix: "x", MeterProvider: mp})
 	// Shards "a" and "b" hash to slots 15495 and 3300: two groups.
 	full := hit("b", limit(algorithm.FixedWindow, 1, time.Hour), 1)
@@ -520,7 +487,7 @@ func TestBatching(t *testing.T) {
 		batched bool
 	}{{0, true}, {200 * time.Microsecond, true}, {-1, false}} {
 		t.Run(fmt.Sprintf("window=%v", tt.window), func(t *testing.T) {
-			mp, sum := metricsReader(t)
+			mp, sum := metrictest.New(t)
 			s := newStore(t, redis.Options{Client: d.client(t), BatchWindow: tt.window, MeterProvider: mp, KeyPrefix: "b" + tt.window.String()})
 			l := limit(algorithm.TokenBucket, 1e6, time.Second)
 			// Once the script is surely loaded, count from zero.
