@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
+	"github.com/tollgatehq/tollgate/pkg/polltest"
 	"github.com/tollgatehq/tollgate/pkg/reload"
 )
 
@@ -64,7 +65,7 @@ func TestRealEditGoesLive(t *testing.T) {
 
 	write(t, filepath.Join(dir, "api.yaml"), limitYAML(20))
 	began := time.Now()
-	eventually(t, wait, func() bool { return limitOf(r.Current()) == 20 }, "edit not live")
+	polltest.Eventually(t, wait, func() bool { return limitOf(r.Current()) == 20 }, "edit not live")
 	t.Logf("edit live after %v", time.Since(began))
 
 	tree := r.Current()
@@ -93,7 +94,7 @@ func TestRealBrokenEditKeepsTree(t *testing.T) {
 	// Two broken files: the error lists both, each with file and line.
 	write(t, filepath.Join(dir, "api.yaml"), limitYAML(20)+"    burst_size: 5\n")
 	write(t, filepath.Join(dir, "web.yaml"), "domain: web\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
-	eventually(t, wait, func() bool {
+	polltest.Eventually(t, wait, func() bool {
 		st := r.Status()
 		return st.Failures > failures && st.LastError != nil &&
 			strings.Contains(st.LastError.Error(), "api.yaml") && strings.Contains(st.LastError.Error(), "web.yaml")
@@ -109,7 +110,7 @@ func TestRealBrokenEditKeepsTree(t *testing.T) {
 
 	write(t, filepath.Join(dir, "web.yaml"), "domain: web\ndescriptors: []\n")
 	write(t, filepath.Join(dir, "api.yaml"), limitYAML(30))
-	eventually(t, wait, func() bool { return limitOf(r.Current()) == 30 && r.Status().LastError == nil },
+	polltest.Eventually(t, wait, func() bool { return limitOf(r.Current()) == 30 && r.Status().LastError == nil },
 		"fixed edit not live; status %+v", r.Status())
 }
 
@@ -125,7 +126,7 @@ func TestRealUnchangedHashKeepsTree(t *testing.T) {
 	reloads := r.Status().Reloads
 
 	write(t, filepath.Join(dir, "api.yaml"), "# a comment changes nothing\n"+limitYAML(10))
-	eventually(t, wait, func() bool { return r.Status().Reloads > reloads }, "edit not reloaded")
+	polltest.Eventually(t, wait, func() bool { return r.Status().Reloads > reloads }, "edit not reloaded")
 	if r.Current() != tree {
 		t.Error("an unchanged configuration was swapped in")
 	}
@@ -152,7 +153,7 @@ func TestRealKubernetesSymlinkSwap(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(dir, "..2026_a")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, wait, func() bool { return limitOf(r.Current()) == 20 }, "..data swap not live")
+	polltest.Eventually(t, wait, func() bool { return limitOf(r.Current()) == 20 }, "..data swap not live")
 }
 
 // writeLargeTree writes a configuration of about descriptors descriptor

@@ -20,32 +20,14 @@ import (
 
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/logtest"
+	"github.com/tollgatehq/tollgate/pkg/polltest"
 	"github.com/tollgatehq/tollgate/pkg/reload"
 	"github.com/tollgatehq/tollgate/pkg/telemetry"
 )
 
-// wait bounds every eventually in this file. Reloads take milliseconds;
+// wait bounds every poll in this file. Reloads take milliseconds;
 // the margin is for a busy machine.
 const wait = 5 * time.Second
-
-// eventually polls cond until it holds or d passes.
-func eventually(t *testing.T, d time.Duration, cond func() bool, format string, args ...any) {
-	t.Helper()
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
-	poll := time.NewTicker(2 * time.Millisecond)
-	defer poll.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			if cond() {
-				return
-			}
-			t.Fatalf("after %v: "+format, append([]any{d}, args...)...)
-		case <-poll.C:
-		}
-	}
-}
 
 // fakeLoader stands in for descriptor.Load. It reads the YAML files that
 // descriptor.Load would read and records what it saw, so tests can tell
@@ -152,7 +134,7 @@ func start(t *testing.T, r *reload.Reloader) {
 			t.Error("Run did not return after cancel")
 		}
 	})
-	eventually(t, wait, func() bool {
+	polltest.Eventually(t, wait, func() bool {
 		st := r.Status()
 		return st.Reloads+st.Failures >= 2
 	}, "Run did not start")
@@ -202,7 +184,7 @@ func TestEditReloads(t *testing.T) {
 	start(t, r)
 
 	write(t, filepath.Join(dir, "x.yaml"), "v2")
-	eventually(t, wait, func() bool { return f.saw() == "x.yaml=v2" }, "edit not reloaded; loader saw %q", f.saw())
+	polltest.Eventually(t, wait, func() bool { return f.saw() == "x.yaml=v2" }, "edit not reloaded; loader saw %q", f.saw())
 	if st := r.Status(); st.LastError != nil || st.Failures != 0 {
 		t.Errorf("Status() = %+v, want no failure", st)
 	}
@@ -216,12 +198,12 @@ func TestNewFileReloads(t *testing.T) {
 	start(t, r)
 
 	write(t, filepath.Join(dir, "b.yml"), "b")
-	eventually(t, wait, func() bool { return f.saw() == "a.yaml=a;b.yml=b" }, "new file not loaded; loader saw %q", f.saw())
+	polltest.Eventually(t, wait, func() bool { return f.saw() == "a.yaml=a;b.yml=b" }, "new file not loaded; loader saw %q", f.saw())
 
 	if err := os.Remove(filepath.Join(dir, "a.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, wait, func() bool { return f.saw() == "b.yml=b" }, "removal not reloaded; loader saw %q", f.saw())
+	polltest.Eventually(t, wait, func() bool { return f.saw() == "b.yml=b" }, "removal not reloaded; loader saw %q", f.saw())
 }
 
 func TestBrokenEditKeepsPreviousTree(t *testing.T) {
@@ -234,7 +216,7 @@ func TestBrokenEditKeepsPreviousTree(t *testing.T) {
 	tree := r.Current()
 
 	write(t, filepath.Join(dir, "x.yaml"), "broken")
-	eventually(t, wait, func() bool { return r.Status().Failures == before.Failures+1 }, "broken edit not counted")
+	polltest.Eventually(t, wait, func() bool { return r.Status().Failures == before.Failures+1 }, "broken edit not counted")
 	st := r.Status()
 	if st.LastError == nil || !strings.Contains(st.LastError.Error(), "x.yaml:1: descriptors[0]: broken value") {
 		t.Errorf("Status().LastError = %v, want the loader's error", st.LastError)
@@ -244,7 +226,7 @@ func TestBrokenEditKeepsPreviousTree(t *testing.T) {
 	}
 
 	write(t, filepath.Join(dir, "x.yaml"), "v2")
-	eventually(t, wait, func() bool { return f.saw() == "x.yaml=v2" && r.Status().LastError == nil },
+	polltest.Eventually(t, wait, func() bool { return f.saw() == "x.yaml=v2" && r.Status().LastError == nil },
 		"fixed edit not reloaded; loader saw %q, status %+v", f.saw(), r.Status())
 }
 
@@ -264,7 +246,7 @@ func TestEditorRenameSave(t *testing.T) {
 		if err := os.Rename(tmp, filepath.Join(dir, "x.yaml")); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, wait, func() bool { return f.saw() == "x.yaml="+v }, "rename-save of %s not reloaded; loader saw %q", v, f.saw())
+		polltest.Eventually(t, wait, func() bool { return f.saw() == "x.yaml="+v }, "rename-save of %s not reloaded; loader saw %q", v, f.saw())
 	}
 }
 
@@ -290,7 +272,7 @@ func TestKubernetesSymlinkSwap(t *testing.T) {
 		if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, wait, func() bool { return f.saw() == "x.yaml="+step.content },
+		polltest.Eventually(t, wait, func() bool { return f.saw() == "x.yaml="+step.content },
 			"..data swap to %s not reloaded; loader saw %q", step.dir, f.saw())
 	}
 }
@@ -311,36 +293,36 @@ func TestSubdirectories(t *testing.T) {
 
 	// A subdirectory present at start is watched.
 	write(t, filepath.Join(dir, "old", "a.yaml"), "a2")
-	eventually(t, wait, func() bool { return f.saw() == "old/a.yaml=a2" }, "edit in subdirectory not reloaded; loader saw %q", f.saw())
+	polltest.Eventually(t, wait, func() bool { return f.saw() == "old/a.yaml=a2" }, "edit in subdirectory not reloaded; loader saw %q", f.saw())
 
 	// A new subdirectory is loaded, then watched.
 	write(t, filepath.Join(dir, "new", "deep", "b.yaml"), "b1")
-	eventually(t, wait, func() bool { return f.saw() == "new/deep/b.yaml=b1;old/a.yaml=a2" }, "new subdirectory not loaded; loader saw %q", f.saw())
+	polltest.Eventually(t, wait, func() bool { return f.saw() == "new/deep/b.yaml=b1;old/a.yaml=a2" }, "new subdirectory not loaded; loader saw %q", f.saw())
 	write(t, filepath.Join(dir, "new", "deep", "b.yaml"), "b2")
-	eventually(t, wait, func() bool { return f.saw() == "new/deep/b.yaml=b2;old/a.yaml=a2" }, "edit in new subdirectory not reloaded; loader saw %q", f.saw())
+	polltest.Eventually(t, wait, func() bool { return f.saw() == "new/deep/b.yaml=b2;old/a.yaml=a2" }, "edit in new subdirectory not reloaded; loader saw %q", f.saw())
 
 	// A renamed subdirectory is reloaded and still watched under its new name.
 	if err := os.Rename(filepath.Join(dir, "old"), filepath.Join(dir, "renamed")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, wait, func() bool { return f.saw() == "new/deep/b.yaml=b2;renamed/a.yaml=a2" }, "renamed subdirectory not reloaded; loader saw %q", f.saw())
+	polltest.Eventually(t, wait, func() bool { return f.saw() == "new/deep/b.yaml=b2;renamed/a.yaml=a2" }, "renamed subdirectory not reloaded; loader saw %q", f.saw())
 	write(t, filepath.Join(dir, "renamed", "a.yaml"), "a3")
-	eventually(t, wait, func() bool { return f.saw() == "new/deep/b.yaml=b2;renamed/a.yaml=a3" }, "edit in renamed subdirectory not reloaded; loader saw %q", f.saw())
+	polltest.Eventually(t, wait, func() bool { return f.saw() == "new/deep/b.yaml=b2;renamed/a.yaml=a3" }, "edit in renamed subdirectory not reloaded; loader saw %q", f.saw())
 
 	// A removed subdirectory is reloaded.
 	if err := os.RemoveAll(filepath.Join(dir, "new")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, wait, func() bool { return f.saw() == "renamed/a.yaml=a3" }, "removed subdirectory not reloaded; loader saw %q", f.saw())
+	polltest.Eventually(t, wait, func() bool { return f.saw() == "renamed/a.yaml=a3" }, "removed subdirectory not reloaded; loader saw %q", f.saw())
 
 	// A subdirectory moved out of the tree is reloaded: only the directory
 	// itself reports the move, none of its files do.
 	write(t, filepath.Join(dir, "keep.yaml"), "k")
-	eventually(t, wait, func() bool { return f.saw() == "keep.yaml=k;renamed/a.yaml=a3" }, "new file not loaded; loader saw %q", f.saw())
+	polltest.Eventually(t, wait, func() bool { return f.saw() == "keep.yaml=k;renamed/a.yaml=a3" }, "new file not loaded; loader saw %q", f.saw())
 	if err := os.Rename(filepath.Join(dir, "renamed"), filepath.Join(t.TempDir(), "away")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, wait, func() bool { return f.saw() == "keep.yaml=k" }, "subdirectory moved away not reloaded; loader saw %q", f.saw())
+	polltest.Eventually(t, wait, func() bool { return f.saw() == "keep.yaml=k" }, "subdirectory moved away not reloaded; loader saw %q", f.saw())
 }
 
 func TestTriggerForcesReload(t *testing.T) {
@@ -357,7 +339,7 @@ func TestTriggerForcesReload(t *testing.T) {
 	calls := f.callCount()
 
 	r.Trigger()
-	eventually(t, wait, func() bool { return f.callCount() == calls+1 }, "Trigger did not reload")
+	polltest.Eventually(t, wait, func() bool { return f.callCount() == calls+1 }, "Trigger did not reload")
 	if st := r.Status(); st.Reloads != uint64(calls+1) {
 		t.Errorf("Status().Reloads = %d, want %d", st.Reloads, calls+1)
 	}
@@ -365,7 +347,7 @@ func TestTriggerForcesReload(t *testing.T) {
 	// Trigger also cuts a pending debounce short.
 	write(t, filepath.Join(dir, "x.yaml"), "v2")
 	r.Trigger()
-	eventually(t, wait, func() bool { return f.saw() == "x.yaml=v2" }, "Trigger did not pick up the edit; loader saw %q", f.saw())
+	polltest.Eventually(t, wait, func() bool { return f.saw() == "x.yaml=v2" }, "Trigger did not pick up the edit; loader saw %q", f.saw())
 }
 
 func TestTriggerBeforeRunIsApplied(t *testing.T) {
@@ -377,7 +359,7 @@ func TestTriggerBeforeRunIsApplied(t *testing.T) {
 	r.Trigger() // coalesces with the first
 	start(t, r)
 	// New, Run's own reload, and one for the coalesced triggers.
-	eventually(t, wait, func() bool { return f.callCount() == 3 }, "loads = %d, want 3", f.callCount())
+	polltest.Eventually(t, wait, func() bool { return f.callCount() == 3 }, "loads = %d, want 3", f.callCount())
 }
 
 func TestReload(t *testing.T) {
@@ -630,7 +612,7 @@ func TestRunStopsEverything(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
 	write(t, filepath.Join(dir, "x.yaml"), "v2")
-	eventually(t, wait, func() bool { return f.saw() == "sub/y.yaml=v1;x.yaml=v2" }, "Run is not watching")
+	polltest.Eventually(t, wait, func() bool { return f.saw() == "sub/y.yaml=v1;x.yaml=v2" }, "Run is not watching")
 	for _, fn := range ownGoroutines {
 		if !strings.Contains(stacks(), fn) {
 			t.Fatalf("no goroutine runs %s while Run runs", fn)
@@ -646,7 +628,7 @@ func TestRunStopsEverything(t *testing.T) {
 	case <-time.After(wait):
 		t.Fatal("Run did not return after cancel")
 	}
-	eventually(t, wait, func() bool { return runtime.NumGoroutine() <= baseline },
+	polltest.Eventually(t, wait, func() bool { return runtime.NumGoroutine() <= baseline },
 		"%d goroutines after Run returned, want at most %d", runtime.NumGoroutine(), baseline)
 	for _, fn := range ownGoroutines {
 		if strings.Contains(stacks(), fn) {

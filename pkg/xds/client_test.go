@@ -28,32 +28,14 @@ import (
 
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/logtest"
+	"github.com/tollgatehq/tollgate/pkg/polltest"
 	"github.com/tollgatehq/tollgate/pkg/reload"
 	"github.com/tollgatehq/tollgate/pkg/tlsfiles/tlsfilestest"
 	"github.com/tollgatehq/tollgate/pkg/xds"
 )
 
-// wait bounds every eventually here; updates take milliseconds.
+// wait bounds every poll here; updates take milliseconds.
 const wait = 10 * time.Second
-
-// eventually polls cond until it holds or wait passes.
-func eventually(t *testing.T, cond func() bool, format string, args ...any) {
-	t.Helper()
-	deadline := time.NewTimer(wait)
-	defer deadline.Stop()
-	poll := time.NewTicker(5 * time.Millisecond)
-	defer poll.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			if cond() {
-				return
-			}
-			t.Fatalf("after %v: "+format, append([]any{wait}, args...)...)
-		case <-poll.C:
-		}
-	}
-}
 
 const nodeID = "tollgate-test"
 
@@ -205,8 +187,8 @@ func TestClientFollowsTheServer(t *testing.T) {
 	})
 
 	// The first config arrives and answers.
-	eventually(t, func() bool { return limitOf(rules, "eg", "k", "v") == 1 }, "the first config never went live")
-	eventually(t, func() bool { return cp.find(acked("1")) != nil }, "version 1 was never ACKed")
+	polltest.Eventually(t, wait, func() bool { return limitOf(rules, "eg", "k", "v") == 1 }, "the first config never went live")
+	polltest.Eventually(t, wait, func() bool { return cp.find(acked("1")) != nil }, "version 1 was never ACKed")
 	first := cp.find(func(*discoveryv3.DiscoveryRequest) bool { return true })
 	if got := first.GetNode().GetId(); got != nodeID {
 		t.Errorf("node id = %q, want %q", got, nodeID)
@@ -225,7 +207,7 @@ func TestClientFollowsTheServer(t *testing.T) {
 
 	// An update is live as soon as it is ACKed.
 	cp.set("2", perMinute("default/eg/http", "eg", "k", "v", 2))
-	eventually(t, func() bool { return cp.find(acked("2")) != nil }, "version 2 was never ACKed")
+	polltest.Eventually(t, wait, func() bool { return cp.find(acked("2")) != nil }, "version 2 was never ACKed")
 	if got := limitOf(rules, "eg", "k", "v"); got != 2 {
 		t.Fatalf("after the ACK of version 2 the limit is %d, want 2", got)
 	}
@@ -234,7 +216,7 @@ func TestClientFollowsTheServer(t *testing.T) {
 	bad := perMinute("default/eg/http", "eg", "k", "v", 3)
 	bad.Descriptors[0].RateLimit.Unit = rlsconfv3.RateLimitUnit_UNKNOWN
 	cp.set("3", bad)
-	eventually(t, func() bool { return cp.find(nacked) != nil }, "version 3 was never NACKed")
+	polltest.Eventually(t, wait, func() bool { return cp.find(nacked) != nil }, "version 3 was never NACKed")
 	nack := cp.find(nacked)
 	const reason = `loading descriptors from xds: xds/default_eg_http.yaml:6: k=v: rate_limit: unknown unit "unknown" (want second, minute, hour, day, week, month or year)`
 	if got := nack.GetErrorDetail().GetMessage(); got != reason {
@@ -257,8 +239,8 @@ func TestClientFollowsTheServer(t *testing.T) {
 	// reconnects and takes them.
 	cp.restart()
 	cp.set("4", perMinute("default/eg/http", "eg", "k", "v", 4))
-	eventually(t, func() bool { return limitOf(rules, "eg", "k", "v") == 4 }, "the rules after the restart never went live")
-	eventually(t, func() bool { return cp.find(acked("4")) != nil }, "version 4 was never ACKed")
+	polltest.Eventually(t, wait, func() bool { return limitOf(rules, "eg", "k", "v") == 4 }, "the rules after the restart never went live")
+	polltest.Eventually(t, wait, func() bool { return cp.find(acked("4")) != nil }, "version 4 was never ACKed")
 	// The server offered version 3 again after every NACK; the client
 	// refused it from memory, paced, without building it again.
 	if st := rules.Status(); st.Failures != 1 || st.LastError != nil {
@@ -311,10 +293,10 @@ func TestClientTLS(t *testing.T) {
 				Logger: slog.New(slog.NewTextHandler(&log, nil)),
 			})
 			if tc.wantErr == "" {
-				eventually(t, func() bool { return limitOf(rules, "eg", "k", "v") == 7 }, "the rules never arrived over mTLS")
+				polltest.Eventually(t, wait, func() bool { return limitOf(rules, "eg", "k", "v") == 7 }, "the rules never arrived over mTLS")
 				return
 			}
-			eventually(t, func() bool { return strings.Contains(log.String(), tc.wantErr) },
+			polltest.Eventually(t, wait, func() bool { return strings.Contains(log.String(), tc.wantErr) },
 				"the client never logged %q; log:\n%s", tc.wantErr, &log)
 			if rules.Current() != nil {
 				t.Fatal("rules arrived over a connection that should have failed")
