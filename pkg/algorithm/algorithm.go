@@ -51,13 +51,47 @@ func ParseKind(s string) (Kind, error) {
 	return 0, fmt.Errorf("unknown algorithm %q (want token_bucket, fixed_window, sliding_window_counter or sliding_window_log)", s)
 }
 
+// Charge says when a hit's cost is added to its counter.
+type Charge uint8
+
+// The charges. ChargeAdmitted, the zero Charge, adds a cost only when the
+// hit is admitted: a rejected hit takes nothing. ChargeAlways adds it
+// whatever the verdict, as usage reported after a response must be, so a
+// counter may stand past its limit.
+const (
+	ChargeAdmitted Charge = iota
+	ChargeAlways
+)
+
+var chargeNames = [...]string{ChargeAdmitted: "admitted", ChargeAlways: "always"}
+
+// String returns the configuration name of c, such as "always".
+func (c Charge) String() string {
+	if int(c) >= len(chargeNames) {
+		return fmt.Sprintf("charge(%d)", c)
+	}
+	return chargeNames[c]
+}
+
+// ParseCharge returns the Charge named s, ignoring case.
+func ParseCharge(s string) (Charge, error) {
+	for c, name := range chargeNames {
+		if strings.EqualFold(s, name) {
+			return Charge(c), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown charge %q (want admitted or always)", s)
+}
+
 // Limit is what one rule allows: Requests hits per Period, plus Burst extra
-// capacity for a token bucket.
+// capacity for a token bucket, and when a cost is charged. Kind and Period
+// identify a counter; Requests, Burst and Charge may change and keep it.
 type Limit struct {
 	Kind     Kind
 	Requests int64 // hits admitted per period
 	Burst    int64 // extra token-bucket capacity; 0 for other algorithms
 	Period   int64 // microseconds
+	Charge   Charge
 }
 
 // Micros converts a time to the microsecond timestamps the algorithms use.

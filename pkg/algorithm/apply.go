@@ -48,6 +48,30 @@ type State struct {
 //     lowered limit allows (a counter keeps its state when Requests or Burst
 //     change).
 //
+// A hit of a Limit whose Charge is ChargeAlways is charged whatever the
+// verdict, as envoyproxy/ratelimit charges every hit:
+//
+//   - A cost above 0 that the rules above would admit is admitted, with the
+//     same state and verdict. Any other cost above 0, a cost above the
+//     capacity included, is added all the same, taking the counter past its
+//     limit (a window above Requests, a token bucket into debt), and the hit
+//     is rejected with Remaining 0 and RetryAfter the time until the
+//     counter is back at its limit. A counter past its limit is never
+//     admitted by a hit of either charge, so a rejected cost always counts.
+//   - A cost of 0 is admitted iff the counter is not past its limit: at
+//     exactly the limit it passes, as in envoyproxy/ratelimit, where a check
+//     of ChargeAdmitted asks for room for one more.
+//   - Refunds are as above.
+//   - When Requests is 0 nothing is ever admitted, so the state is kept and
+//     every hit of cost 0 or more is rejected as above.
+//   - A counter past its limit saturates instead of overflowing: a window
+//     holds at most MaxCount, a token bucket's debt is at most MaxDebt, and
+//     a sliding-window log keeps only its newest Requests+1 entries, which
+//     decide every verdict (a later refund takes back from those).
+//
+// A hit changes the state only if its cost is not 0 and it is admitted or
+// charged always; otherwise Apply returns s itself.
+//
 // A Limit with an unknown Kind, a Period of 0 or less, a negative
 // Requests, or a sliding-window log longer than MaxLogRequests rejects
 // every hit, refunds too, with a zero Verdict and leaves the state as it

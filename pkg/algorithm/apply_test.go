@@ -49,10 +49,12 @@ func TestApplyProperties(t *testing.T) {
 			for range 3000 {
 				now += rng.Int64N(l.Period/2 + 2)
 				cost := rng.Int64N(l.Capacity()+5) - 3
-				checkStep(t, l, s, now, cost)
-				if next, v := algorithm.Apply(l, s, now, cost); v.Allowed {
-					s = next
+				l.Charge = algorithm.ChargeAdmitted
+				if rng.IntN(3) == 0 {
+					l.Charge = algorithm.ChargeAlways
+					cost = rng.Int64N(2*l.Capacity()+5) - 3
 				}
+				s = checkStep(t, l, s, now, cost)
 			}
 		})
 	}
@@ -76,17 +78,20 @@ func FuzzApply(f *testing.F) {
 		now := int64(t0)
 		for i := 0; i+1 < len(steps); i += 2 {
 			now += int64(steps[i]) * max(l.Period/64, 1)
-			cost := int64(steps[i+1])%(l.Capacity()+4) - 2
-			checkStep(t, l, s, now, cost)
-			if next, v := algorithm.Apply(l, s, now, cost); v.Allowed {
-				s = next
-			}
+			l.Charge = algorithm.Charge(steps[i+1] >> 7)
+			cost := int64(steps[i+1]&0x7f)%(2*l.Capacity()+4) - 2
+			s = checkStep(t, l, s, now, cost)
 		}
 	})
 }
 
-func checkStep(t *testing.T, l algorithm.Limit, s algorithm.State, now, cost int64) {
+// checkStep checks the verdict and state of one hit against the documented
+// properties and returns the state after it.
+func checkStep(t *testing.T, l algorithm.Limit, s algorithm.State, now, cost int64) algorithm.State {
 	t.Helper()
+	always := l.Charge == algorithm.ChargeAlways
+	admitted := l
+	admitted.Charge = algorithm.ChargeAdmitted
 	logBefore := slices.Clone(s.Log)
 	next, v := algorithm.Apply(l, s, now, cost)
 	where := func() string {
@@ -104,15 +109,19 @@ func checkStep(t *testing.T, l algorithm.Limit, s algorithm.State, now, cost int
 	if cost < 0 && !v.Allowed {
 		t.Fatalf("%s: refund rejected: %+v", where(), v)
 	}
-	if (!v.Allowed || cost == 0) && !sameState(next, s) {
+	charged := cost != 0 && (v.Allowed || always && l.Requests > 0)
+	if !charged && !sameState(next, s) {
 		t.Fatalf("%s: %+v changed the state from %+v to %+v", where(), v, s, next)
 	}
 	if v.Allowed && v.RetryAfter != 0 {
 		t.Fatalf("%s: admitted with RetryAfter %v", where(), v.RetryAfter)
 	}
-	after := next
-	if !v.Allowed {
-		after = s
+	after := s
+	if charged {
+		after = next
+	}
+	if always && !v.Allowed && cost > 0 && l.Requests > 0 && v.Remaining != 0 {
+		t.Fatalf("%s: charged past the limit with Remaining %d", where(), v.Remaining)
 	}
 
 	// Remaining counts the unit-cost hits admissible now, one after another.
@@ -120,25 +129,31 @@ func checkStep(t *testing.T, l algorithm.Limit, s algorithm.State, now, cost int
 		st := after
 		for i := range v.Remaining {
 			var u algorithm.Verdict
-			if st, u = algorithm.Apply(l, st, now, 1); !u.Allowed {
+			if st, u = algorithm.Apply(admitted, st, now, 1); !u.Allowed {
 				t.Fatalf("%s: Remaining %d, but unit hit %d was rejected", where(), v.Remaining, i+1)
 			}
 		}
-		if _, u := algorithm.Apply(l, st, now, 1); u.Allowed {
+		if _, u := algorithm.Apply(admitted, st, now, 1); u.Allowed {
 			t.Fatalf("%s: Remaining %d, but unit hit %d was admitted", where(), v.Remaining, v.Remaining+1)
 		}
 	}
 
-	// RetryAfter is the exact earliest time the same hit is admitted.
-	if !v.Allowed && l.Requests > 0 && cost <= l.Capacity() {
+	// RetryAfter is the exact earliest time the same hit is admitted, or,
+	// for a hit charged past the limit, the counter is back at its limit:
+	// an always-charged check passes.
+	if !v.Allowed && l.Requests > 0 && (always || cost <= l.Capacity()) {
+		base, c := s, cost
+		if charged {
+			base, c = after, 0
+		}
 		retry := v.RetryAfter.Microseconds()
 		if retry <= 0 {
 			t.Fatalf("%s: rejected with RetryAfter %v", where(), v.RetryAfter)
 		}
-		if _, u := algorithm.Apply(l, s, now+retry-1, cost); u.Allowed {
+		if _, u := algorithm.Apply(l, base, now+retry-1, c); u.Allowed {
 			t.Fatalf("%s: RetryAfter %v, but admitted 1µs earlier", where(), v.RetryAfter)
 		}
-		if _, u := algorithm.Apply(l, s, now+retry, cost); !u.Allowed {
+		if _, u := algorithm.Apply(l, base, now+retry, c); !u.Allowed {
 			t.Fatalf("%s: RetryAfter %v, but rejected then: %+v", where(), v.RetryAfter, u)
 		}
 	}
@@ -154,13 +169,14 @@ func checkStep(t *testing.T, l algorithm.Limit, s algorithm.State, now, cost int
 			wantS, wantV := algorithm.Apply(l, algorithm.State{}, at, c)
 			// Checks and rejections return their input state unchanged, so
 			// only the states of charged hits are compared.
-			charged := gotV.Allowed && c != 0
+			charged := c != 0 && (gotV.Allowed || always && l.Requests > 0)
 			if gotV != wantV || charged && !sameState(gotS, wantS) {
 				t.Fatalf("%s: past Expiry %d, cost %d at %d gives %+v %+v, a fresh key %+v %+v",
 					where(), exp, c, at, gotV, gotS, wantV, wantS)
 			}
 		}
 	}
+	return after
 }
 
 func sameState(a, b algorithm.State) bool {
@@ -254,6 +270,33 @@ func TestApplyExtremeCosts(t *testing.T) {
 		}
 		if exp := l.Expiry(empty); exp > t0 {
 			t.Errorf("%s: refund of -2^63 left a counter expiring at %d", describe(l), exp)
+		}
+	}
+}
+
+// TestApplyChargeAlwaysSaturates checks that always-charged costs near the
+// int64 limit take a counter to its cap, never past 2^53, and keep it
+// there.
+func TestApplyChargeAlwaysSaturates(t *testing.T) {
+	const huge = 1<<63 - 1
+	for _, l := range propertyLimits {
+		l.Charge = algorithm.ChargeAlways
+		var s algorithm.State
+		for i := range 3 {
+			next, v := algorithm.Apply(l, s, t0, huge)
+			if v.Allowed || v.Remaining != 0 {
+				t.Fatalf("%s: cost %d: %+v, want rejected with nothing remaining", describe(l), int64(huge), v)
+			}
+			if exp := l.Expiry(next); exp >= 1<<53 || exp <= t0 {
+				t.Fatalf("%s: after %d huge costs the counter expires at %d", describe(l), i+1, exp)
+			}
+			if next.Cur > algorithm.MaxCount || int64(len(next.Log)) > l.Requests+1 {
+				t.Fatalf("%s: after %d huge costs the state is %+v", describe(l), i+1, next)
+			}
+			if i > 0 && !sameState(next, s) {
+				t.Fatalf("%s: a saturated counter changed from %+v to %+v", describe(l), s, next)
+			}
+			s = next
 		}
 	}
 }

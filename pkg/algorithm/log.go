@@ -21,6 +21,13 @@ import "slices"
 //     (live+n−Requests)-th oldest entry's t + Period − now.
 //   - A refund removes the newest entries, never more than there are.
 //
+// With ChargeAlways, a cost that does not fit appends its entries all the
+// same, then the log keeps its newest Requests+1 entries: while they are
+// live every hit is rejected, and once the oldest of them leaves, the
+// older ones would have too. The hit is rejected with RetryAfter the time
+// until the log holds Requests entries again. A check passes while the log
+// holds at most Requests.
+//
 // An entry is inserted in time order even if now is earlier than the newest
 // entry (a clock that stepped back), as a Redis sorted set would order it.
 func applySlidingWindowLog(l Limit, s State, now, cost int64) (State, Verdict) {
@@ -29,7 +36,11 @@ func applySlidingWindowLog(l Limit, s State, now, cost int64) (State, Verdict) {
 	live := s.Log[first:]
 	count := int64(len(live))
 	v := Verdict{Limit: r, Remaining: max(0, r-count), ResetAfter: micros(logResetAfter(live, p, now))}
+	always := l.Charge == ChargeAlways
 	n := max(cost, 1)
+	if always {
+		n = max(cost, 0)
+	}
 	switch {
 	case cost < 0:
 		m := count
@@ -37,9 +48,14 @@ func applySlidingWindowLog(l Limit, s State, now, cost int64) (State, Verdict) {
 			m = -cost
 		}
 		live = live[: count-m : count-m] // a later append must not write into s.Log
-	case r == 0 || cost > r:
+	case r == 0 || cost > r && !always:
 		return s, never(v, p)
-	case count+n > r:
+	case n > r-count && always && cost > 0:
+		live = insertTimes(live, now, min(cost, r+1))
+		live = live[int64(len(live))-(r+1):]
+		return State{Log: live}, Verdict{Limit: r,
+			ResetAfter: micros(logResetAfter(live, p, now)), RetryAfter: micros(live[0] + p - now)}
+	case n > r-count:
 		v.RetryAfter = micros(live[count+n-r-1] + p - now)
 		return s, v
 	case cost == 0:

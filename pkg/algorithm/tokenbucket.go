@@ -1,5 +1,7 @@
 package algorithm
 
+import "math"
+
 // Token bucket, in GCRA form.
 //
 // A bucket holds C = Requests+Burst tokens and refills continuously at
@@ -42,6 +44,18 @@ package algorithm
 //   - Requests == 0 rejects every hit of cost ≥ 0 regardless of Burst, with
 //     Remaining 0, ResetAfter 0 and RetryAfter one Period; a refund is
 //     admitted and changes nothing.
+//
+// With ChargeAlways a bucket can go into debt, K < 0:
+//
+//   - A cost n ≥ 1 that does not fit (n > a) is charged as
+//     K' = min(K − min(need(n), K + MaxDebt), −1), so the debt stops at
+//     MaxDebt and is at least 1 µs (need rounds, and above one token per
+//     µs need(C+1) may equal τ), and rejected with RetryAfter −K', the time
+//     until the debt is repaid.
+//   - A check (cost 0) is admitted iff K ≥ 0, else waits −K.
+//   - A refund of m in debt adds min(need(m), τ − K) credit, so it repays
+//     debt first, then refills at most to full.
+//   - ResetAfter stays τ − K', which counts the debt.
 func applyTokenBucket(l Limit, s State, now, cost int64) (State, Verdict) {
 	b := bucket{requests: l.Requests, period: l.Period, capacity: l.Capacity()}
 	v := Verdict{Limit: b.capacity}
@@ -56,8 +70,11 @@ func applyTokenBucket(l Limit, s State, now, cost int64) (State, Verdict) {
 	k := tau - max(0, s.T-now)
 	a := b.tokens(k)
 
+	always := l.Charge == ChargeAlways
 	var k2 int64
 	switch {
+	case cost < 0 && k < 0:
+		k2 = k + b.needUpTo(-float64(cost), tau-k)
 	case cost < 0:
 		m := b.capacity
 		if cost > -m {
@@ -65,13 +82,25 @@ func applyTokenBucket(l Limit, s State, now, cost int64) (State, Verdict) {
 		}
 		k2 = min(tau, k+b.need(a+m)-b.need(a))
 	case cost == 0:
-		v.Allowed = a >= 1
 		v.Remaining = b.remaining(k)
 		v.ResetAfter = micros(tau - k)
-		if !v.Allowed {
-			v.RetryAfter = micros(b.need(1) - k)
+		switch {
+		case always:
+			v.Allowed = k >= 0
+			v.RetryAfter = micros(max(0, -k))
+		default:
+			v.Allowed = a >= 1
+			if !v.Allowed {
+				v.RetryAfter = micros(b.need(1) - k)
+			}
 		}
 		return s, v
+	case always && cost > a:
+		k2 = min(k-b.needUpTo(float64(cost), max(0, k+MaxDebt)), -1)
+		v.Remaining = b.remaining(k2)
+		v.ResetAfter = micros(tau - k2)
+		v.RetryAfter = micros(max(0, -k2))
+		return State{T: now + tau - k2}, v
 	case cost > b.capacity:
 		v.Remaining = b.remaining(k)
 		v.ResetAfter = micros(tau - k)
@@ -98,6 +127,16 @@ type bucket struct {
 // need returns the credit in µs that holds j whole tokens, ⌈j·Period/Requests⌉.
 func (b bucket) need(j int64) int64 {
 	return mulDivCeil(j, b.period, b.requests)
+}
+
+// needUpTo returns min(⌈j·Period/Requests⌉, most) for a count of tokens j
+// that may be far above any capacity, comparing before converting so that
+// nothing overflows. most must be below 2^53.
+func (b bucket) needUpTo(j float64, most int64) int64 {
+	if f := math.Ceil(float64(j*float64(b.period)) / float64(b.requests)); f < float64(most) {
+		return int64(f)
+	}
+	return most
 }
 
 // tokens returns the whole tokens that k µs of credit hold, at most the

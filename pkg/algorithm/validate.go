@@ -21,6 +21,13 @@ const (
 	// stores one entry per admitted unit: 80 KB per key in memory at most,
 	// and as many sorted-set members in Redis.
 	MaxLogRequests = 10_000
+	// MaxCount is the most a window counter holds when always-charged hits
+	// take it past its limit: about 4.5·10^15, so a count plus any cost Lua
+	// compares it with stays exact in a double.
+	MaxCount = 1 << 52
+	// MaxDebt is the deepest a token bucket's debt goes, in µs of refill:
+	// MaxPeriod, so a theoretical arrival time stays below 2^53 µs.
+	MaxDebt = MaxPeriod
 )
 
 // Validate reports whether l is within the bounds the algorithms rely on:

@@ -17,6 +17,9 @@ package algorithm
 //   - RetryAfter of a rejected hit of cost n ≤ Requests, or of a failed
 //     check, is the time until the window ends.
 //   - A refund lowers Cur, never below 0.
+//   - With ChargeAlways, a cost that does not fit is added, up to MaxCount,
+//     and rejected with RetryAfter the time until the window ends; a check
+//     passes while Cur ≤ Requests.
 func applyFixedWindow(l Limit, s State, now, cost int64) (State, Verdict) {
 	r, p := l.Requests, l.Period
 	w := windowStart(now, p)
@@ -32,18 +35,22 @@ func applyFixedWindow(l Limit, s State, now, cost int64) (State, Verdict) {
 		return 0
 	}
 	v := Verdict{Limit: r, Remaining: max(0, r-cur), ResetAfter: micros(resetAfter(cur))}
+	always := l.Charge == ChargeAlways
 	switch {
 	case cost < 0:
 		cur = max(0, cur+cost)
-	case r == 0 || cost > r:
+	case r == 0 || cost > r && !always:
 		return s, never(v, p)
 	case cost == 0:
-		v.Allowed = cur+1 <= r
+		v.Allowed = cur+1 <= r || always && cur <= r
 		if !v.Allowed {
 			v.RetryAfter = micros(end)
 		}
 		return s, v
-	case cur+cost > r:
+	case cost > r-cur && always:
+		cur = addCount(cur, cost)
+		return State{T: w, Cur: cur}, Verdict{Limit: r, ResetAfter: micros(end), RetryAfter: micros(end)}
+	case cost > r-cur:
 		v.RetryAfter = micros(end)
 		return s, v
 	default:
@@ -53,6 +60,14 @@ func applyFixedWindow(l Limit, s State, now, cost int64) (State, Verdict) {
 	v.Remaining = max(0, r-cur)
 	v.ResetAfter = micros(resetAfter(cur))
 	return State{T: w, Cur: cur}, v
+}
+
+// addCount returns count + cost for a cost above 0, at most MaxCount.
+func addCount(count, cost int64) int64 {
+	if cost > MaxCount-count {
+		return MaxCount
+	}
+	return count + cost
 }
 
 // Sliding-window counter.
@@ -80,6 +95,9 @@ func applyFixedWindow(l Limit, s State, now, cost int64) (State, Verdict) {
 //     Period/Prev⌋; otherwise in the next window, where the current count
 //     becomes the previous one, at Period − ⌊(Requests−n)·Period/Cur⌋ into it.
 //   - A refund lowers Cur, then Prev, never below 0.
+//   - With ChargeAlways, a cost that does not fit is added to Cur, up to
+//     MaxCount, and rejected with RetryAfter the time until E' ≤ Requests,
+//     worked out as above for n = 0; a check passes while E ≤ Requests.
 func applySlidingWindowCounter(l Limit, s State, now, cost int64) (State, Verdict) {
 	r, p := l.Requests, l.Period
 	w := windowStart(now, p)
@@ -103,9 +121,22 @@ func applySlidingWindowCounter(l Limit, s State, now, cost int64) (State, Verdic
 		}
 		return 0
 	}
+	// retryAfter returns when the estimate leaves room for n more.
+	retryAfter := func(prev, cur, n int64) int64 {
+		if m := r - cur - n; m >= 0 {
+			return p - mulDivFloor(m, p, prev) - elapsed
+		}
+		// Cur > Requests − n ≥ 0: wait for the next window.
+		into := p - mulDivFloor(r-n, p, cur)
+		return p - elapsed + into
+	}
 	e := estimate(prev, cur)
 	v := Verdict{Limit: r, Remaining: max(0, r-e), ResetAfter: micros(resetAfter(prev, cur))}
+	always := l.Charge == ChargeAlways
 	n := max(cost, 1)
+	if always {
+		n = max(cost, 0)
+	}
 	switch {
 	case cost < 0:
 		if cost <= -(cur + prev) {
@@ -115,16 +146,14 @@ func applySlidingWindowCounter(l Limit, s State, now, cost int64) (State, Verdic
 			cur -= taken
 			prev -= -cost - taken
 		}
-	case r == 0 || cost > r:
+	case r == 0 || cost > r && !always:
 		return s, never(v, p)
-	case e+n > r:
-		if m := r - cur - n; m >= 0 {
-			v.RetryAfter = micros(p - mulDivFloor(m, p, prev) - elapsed)
-		} else {
-			// Cur > Requests − n ≥ 0: wait for the next window.
-			into := p - mulDivFloor(r-n, p, cur)
-			v.RetryAfter = micros(p - elapsed + into)
-		}
+	case n > r-e && always && cost > 0:
+		cur = addCount(cur, cost)
+		return State{T: w, Cur: cur, Prev: prev}, Verdict{Limit: r,
+			ResetAfter: micros(resetAfter(prev, cur)), RetryAfter: micros(retryAfter(prev, cur, 0))}
+	case n > r-e:
+		v.RetryAfter = micros(retryAfter(prev, cur, n))
 		return s, v
 	case cost == 0:
 		v.Allowed = true

@@ -45,11 +45,24 @@ type Vector struct {
 
 // Step is one hit of Cost on the vector's counter at Start+At, and the
 // verdict expected. The counter is as the earlier steps left it: a
-// rejected hit leaves it unchanged.
+// rejected hit leaves it unchanged, unless it is charged always.
 type Step struct {
 	At   time.Duration
 	Cost int64
-	Want algorithm.Verdict
+	// Always charges the hit with algorithm.ChargeAlways whatever the
+	// vector's Limit says, as a request's tollgate.charge entry does.
+	Always bool
+	Want   algorithm.Verdict
+}
+
+// StepLimit returns the limit that applies to step s of v: v.Limit, charged
+// always when s.Always.
+func (v *Vector) StepLimit(s Step) algorithm.Limit {
+	l := v.Limit
+	if s.Always {
+		l.Charge = algorithm.ChargeAlways
+	}
+	return l
 }
 
 // Vectors returns the test vectors, a fresh copy on every call. Expected
@@ -58,7 +71,7 @@ type Step struct {
 // products exceed 2^53, so they were computed by a separate implementation
 // in IEEE doubles, and they pin down the rounding Lua must share.
 func Vectors() []Vector {
-	return []Vector{
+	return append([]Vector{
 		// Token bucket: 10 per second, so one token is 100 ms of credit.
 		{
 			Name: "token_bucket/first_hit", Limit: tokenBucket(10, 0, sec), Start: Start,
@@ -393,7 +406,7 @@ func Vectors() []Vector {
 				step(sec, 1<<32, ok(1<<32, 0, 1<<32*sec)),
 			},
 		},
-	}
+	}, chargeAlwaysVectors()...)
 }
 
 func tokenBucket(requests, burst int64, period time.Duration) algorithm.Limit {
@@ -410,6 +423,133 @@ func slidingCounter(requests int64, period time.Duration) algorithm.Limit {
 
 func slidingLog(requests int64, period time.Duration) algorithm.Limit {
 	return algorithm.Limit{Kind: algorithm.SlidingWindowLog, Requests: requests, Period: period.Microseconds()}
+}
+
+// chargeAlwaysVectors are the vectors of algorithm.ChargeAlways: counters
+// taken past their limit, what each charge answers there, refunds that
+// repay, and the caps that keep huge reports from overflowing.
+func chargeAlwaysVectors() []Vector {
+	const maxDebt = algorithm.MaxDebt * us
+	return []Vector{
+		// 10 per second: one token is 100 ms of credit.
+		{
+			Name: "token_bucket/charge_always", Limit: tokenBucket(10, 0, sec), Start: Start,
+			Steps: []Step{
+				always(0, 4, ok(10, 6, 400*ms)),
+				// 6 tokens left: 10 go 4 into debt, repaid in 400 ms.
+				always(0, 10, no(10, 0, 1400*ms, 400*ms)),
+				// In debt, a check of either charge fails: an admitted one
+				// waits for a whole token, an always-charged one for the debt.
+				step(100*ms, 0, no(10, 0, 1300*ms, 400*ms)),
+				always(100*ms, 0, no(10, 0, 1300*ms, 300*ms)),
+				step(100*ms, 1, no(10, 0, 1300*ms, 400*ms)),
+				// At exactly zero tokens an always-charged check passes.
+				always(400*ms, 0, ok(10, 0, sec)),
+				step(400*ms, 0, no(10, 0, sec, 100*ms)),
+				step(500*ms, 1, ok(10, 0, sec)),
+			},
+		},
+		{
+			Name: "token_bucket/charge_always_refund_in_debt", Limit: tokenBucket(10, 0, sec), Start: Start,
+			Steps: []Step{
+				always(0, 25, no(10, 0, 2500*ms, 1500*ms)),
+				// In debt a refund repays all it carries, beyond the capacity.
+				step(0, -20, ok(10, 5, 500*ms)),
+				step(0, -20, ok(10, 10, 0)),
+			},
+		},
+		{
+			// 2 000 000 tokens against 100 000 an hour: 19 hours of debt.
+			Name: "token_bucket/charge_always_two_million_tokens", Limit: tokenBucket(100_000, 0, time.Hour), Start: Start,
+			Steps: []Step{
+				always(0, 2_000_000, no(100_000, 0, 20*time.Hour, 19*time.Hour)),
+				always(0, 0, no(100_000, 0, 20*time.Hour, 19*time.Hour)),
+			},
+		},
+		{
+			// The debt stops at algorithm.MaxDebt, and a refund repays it.
+			Name: "token_bucket/charge_always_max_debt", Limit: tokenBucket(1, 0, sec), Start: Start,
+			Steps: []Step{
+				always(0, 2_000_000_000, no(1, 0, sec+maxDebt, maxDebt)),
+				always(0, 1, no(1, 0, sec+maxDebt, maxDebt)),
+				always(0, 1<<62, no(1, 0, sec+maxDebt, maxDebt)),
+				step(0, -1, ok(1, 0, maxDebt)),
+			},
+		},
+		{
+			Name: "token_bucket/charge_always_zero_requests", Limit: tokenBucket(0, 5, sec), Start: Start,
+			Steps: []Step{
+				always(0, 1, no(5, 0, 0, sec)),
+				always(0, 0, no(5, 0, 0, sec)),
+			},
+		},
+		{
+			// The window ends 750 ms after the first hit.
+			Name: "fixed_window/charge_always", Limit: fixedWindow(3, sec), Start: Start + 250_000,
+			Steps: []Step{
+				always(0, 2, ok(3, 1, 750*ms)),
+				always(0, 5, no(3, 0, 750*ms, 750*ms)),
+				always(0, 0, no(3, 0, 750*ms, 750*ms)),
+				step(0, -4, ok(3, 0, 750*ms)),
+				// At exactly the limit an always-charged check passes; an
+				// admitted one asks for room for one more.
+				always(0, 0, ok(3, 0, 750*ms)),
+				step(0, 0, no(3, 0, 750*ms, 750*ms)),
+				always(0, 1, no(3, 0, 750*ms, 750*ms)),
+				always(750*ms, 0, ok(3, 3, 0)),
+				always(750*ms, 10, no(3, 0, sec, sec)),
+				step(750*ms, 1, no(3, 0, sec, sec)),
+			},
+		},
+		{
+			Name: "fixed_window/charge_always_saturates", Limit: fixedWindow(algorithm.MaxRequests, sec), Start: Start,
+			Steps: []Step{
+				always(0, 1<<62, no(algorithm.MaxRequests, 0, sec, sec)),
+				always(0, 1<<62, no(algorithm.MaxRequests, 0, sec, sec)),
+				// The count stood at exactly MaxCount.
+				step(0, -(algorithm.MaxCount - 5), ok(algorithm.MaxRequests, algorithm.MaxRequests-5, sec)),
+			},
+		},
+		{
+			Name: "fixed_window/charge_always_zero_requests", Limit: fixedWindow(0, sec), Start: Start,
+			Steps: []Step{
+				always(0, 1, no(0, 0, 0, sec)),
+				always(0, 0, no(0, 0, 0, sec)),
+			},
+		},
+		{
+			Name: "sliding_window_counter/charge_always", Limit: slidingCounter(10, sec), Start: Start,
+			Steps: []Step{
+				always(0, 8, ok(10, 2, 2*sec)),
+				// 13 in this window: the next window's estimate
+				// ⌈13·(1 s − x)/1 s⌉ is 10 from x = 230 770 µs.
+				always(0, 5, no(10, 0, 2*sec, 1_230_770*us)),
+				always(500*ms, 0, no(10, 0, 1500*ms, 730_770*us)),
+				// Room for one more needs ⌈13·(1 s − x)/1 s⌉ ≤ 9.
+				step(500*ms, 1, no(10, 0, 1500*ms, 807_693*us)),
+				always(1_230_770*us, 0, ok(10, 0, 769_230*us)),
+				// 1 more in the new window: ⌈13·(1 s − x)/1 s⌉ ≤ 9 from
+				// x = 307 693 µs.
+				always(1_230_770*us, 1, no(10, 0, 1_769_230*us, 76_923*us)),
+			},
+		},
+		{
+			Name: "sliding_window_log/charge_always", Limit: slidingLog(3, sec), Start: Start,
+			Steps: []Step{
+				always(0, 1, ok(3, 2, sec)),
+				// 5 more make 6; the log keeps the newest 4, all at 100 ms.
+				always(100*ms, 5, no(3, 0, sec, sec)),
+				always(500*ms, 0, no(3, 0, 600*ms, 600*ms)),
+				step(500*ms, -1, ok(3, 0, 600*ms)),
+				always(500*ms, 0, ok(3, 0, 600*ms)),
+				step(500*ms, 0, no(3, 0, 600*ms, 600*ms)),
+				// A cost above the limit adds Requests+1 entries.
+				always(1100*ms, 10, no(3, 0, sec, sec)),
+				step(2099*ms, 0, no(3, 0, 1*ms, 1*ms)),
+				step(2100*ms, 3, ok(3, 0, sec)),
+			},
+		},
+	}
 }
 
 // unevaluated is a vector of a limit that Apply cannot evaluate: a hit, a
@@ -432,6 +572,11 @@ func withBurst(l algorithm.Limit, burst int64) algorithm.Limit {
 // step is a Step.
 func step(at time.Duration, cost int64, want algorithm.Verdict) Step {
 	return Step{At: at, Cost: cost, Want: want}
+}
+
+// always is a Step charged with algorithm.ChargeAlways.
+func always(at time.Duration, cost int64, want algorithm.Verdict) Step {
+	return Step{At: at, Cost: cost, Always: true, Want: want}
 }
 
 // ok is an admitted verdict.
