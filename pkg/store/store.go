@@ -36,16 +36,33 @@ type Hit struct {
 	// cost refunds.
 	Cost int64
 	// Soft marks a hit that never blocks the others of its batch (shadow
-	// and quota-mode rules). A rejected soft hit still consumes nothing.
+	// and quota-mode rules). A rejected soft hit still consumes nothing,
+	// unless its Limit.Charge is algorithm.ChargeAlways.
 	Soft bool
 }
 
 // Store applies batches of hits.
 //
-// Apply decides every hit and fills verdicts[i] for hits[i]. The batch is
-// all-or-nothing: when any hit that is not Soft is rejected, no hit of the
-// batch consumes anything; otherwise every admitted hit is charged. A
-// rejected hit never consumes. len(verdicts) must equal len(hits).
+// Apply decides every hit and fills verdicts[i] for hits[i], in two
+// phases:
+//
+//  1. The hits whose Limit.Charge is algorithm.ChargeAlways are applied
+//     first, in request order, each seeing its counter as the earlier ones
+//     left it. Each takes effect whatever its verdict (algorithm.Apply
+//     charges it past the limit when it does not fit) and reports its own
+//     verdict. Nothing undoes them: not a rejection elsewhere in the batch,
+//     not a store's compensation across slot groups.
+//  2. The other hits (algorithm.ChargeAdmitted) are then decided in
+//     request order, each seeing its counter as every earlier-applied hit
+//     left it, always-charged ones included. They are all-or-nothing: when
+//     any hit that is not Soft was rejected, in either phase, none of them
+//     consumes anything, and each admitted one reports its counter as it
+//     stands (Allowed, with the Remaining and ResetAfter of a check);
+//     otherwise every admitted one is charged. A rejected ChargeAdmitted
+//     hit never consumes.
+//
+// A batch without always-charged hits is thus simply all-or-nothing.
+// len(verdicts) must equal len(hits).
 type Store interface {
 	Apply(ctx context.Context, hits []Hit, verdicts []algorithm.Verdict) error
 }

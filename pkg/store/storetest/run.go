@@ -69,6 +69,8 @@ type Hit struct {
 	Limit algorithm.Limit
 	Cost  int64
 	Soft  bool
+	// Always sets the Limit's Charge to algorithm.ChargeAlways.
+	Always bool
 }
 
 // Run runs every vector of Vectors against one store built by newStore. The
@@ -132,6 +134,9 @@ func (v Vector) storeHit(h Hit) store.Hit {
 	if limit.Kind == 0 {
 		limit = v.Limit
 	}
+	if h.Always {
+		limit.Charge = algorithm.ChargeAlways
+	}
 	return store.Hit{
 		Domain:  "storetest/" + v.Name,
 		Entries: entries,
@@ -151,6 +156,9 @@ func describe(h store.Hit) string {
 		fmt.Fprintf(&b, "%s=%q", e.Key, e.Value)
 	}
 	fmt.Fprintf(&b, " %v %d+%d/%dµs", h.Limit.Kind, h.Limit.Requests, h.Limit.Burst, h.Limit.Period)
+	if h.Limit.Charge == algorithm.ChargeAlways {
+		b.WriteString(" always")
+	}
 	if h.Soft {
 		b.WriteString(" soft")
 	}

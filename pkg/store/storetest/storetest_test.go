@@ -27,6 +27,24 @@ type mapStore struct {
 
 func (m *mapStore) Apply(_ context.Context, hits []store.Hit, verdicts []algorithm.Verdict) error {
 	now := algorithm.Micros(m.clock.Now())
+	key := func(h store.Hit) string {
+		return fmt.Sprintf("%q %q %d %d", h.Domain, h.Entries, h.Limit.Kind, h.Limit.Period)
+	}
+	always := func(h store.Hit) bool { return h.Limit.Charge == algorithm.ChargeAlways }
+	rejected := false
+	// Phase 1: the always-charged hits, in order, committed whatever happens.
+	for i, h := range hits {
+		if !always(h) {
+			continue
+		}
+		next, v := algorithm.Apply(h.Limit, m.states[key(h)], now, h.Cost)
+		verdicts[i] = v
+		m.states[key(h)] = next
+		if !v.Allowed && !h.Soft {
+			rejected = true
+		}
+	}
+	// Phase 2: the others, all or nothing.
 	staged := map[string]algorithm.State{}
 	state := func(key string) algorithm.State {
 		if s, ok := staged[key]; ok {
@@ -34,13 +52,14 @@ func (m *mapStore) Apply(_ context.Context, hits []store.Hit, verdicts []algorit
 		}
 		return m.states[key]
 	}
-	rejected := false
 	for i, h := range hits {
-		key := fmt.Sprintf("%q %q %d %d", h.Domain, h.Entries, h.Limit.Kind, h.Limit.Period)
-		next, v := algorithm.Apply(h.Limit, state(key), now, h.Cost)
+		if always(h) {
+			continue
+		}
+		next, v := algorithm.Apply(h.Limit, state(key(h)), now, h.Cost)
 		verdicts[i] = v
 		if v.Allowed {
-			staged[key] = next
+			staged[key(h)] = next
 		} else if !h.Soft {
 			rejected = true
 		}
@@ -52,9 +71,8 @@ func (m *mapStore) Apply(_ context.Context, hits []store.Hit, verdicts []algorit
 		return nil
 	}
 	for i, h := range hits {
-		if verdicts[i].Allowed {
-			key := fmt.Sprintf("%q %q %d %d", h.Domain, h.Entries, h.Limit.Kind, h.Limit.Period)
-			_, v := algorithm.Apply(h.Limit, m.states[key], now, 0)
+		if verdicts[i].Allowed && !always(h) {
+			_, v := algorithm.Apply(h.Limit, m.states[key(h)], now, 0)
 			verdicts[i] = algorithm.Verdict{Allowed: true, Limit: v.Limit, Remaining: v.Remaining, ResetAfter: v.ResetAfter}
 		}
 	}

@@ -9,6 +9,7 @@ import (
 )
 
 const (
+	us  = time.Microsecond
 	ms  = time.Millisecond
 	sec = time.Second
 )
@@ -22,7 +23,7 @@ func Vectors() []Vector {
 	for _, av := range algorithmtest.Vectors() {
 		v := Vector{Name: av.Name, Limit: av.Limit, Start: av.Start, Steps: make([]Step, len(av.Steps))}
 		for i, s := range av.Steps {
-			v.Steps[i] = Step{At: s.At, Hits: []Hit{{Cost: s.Cost}}, Want: []algorithm.Verdict{s.Want}}
+			v.Steps[i] = Step{At: s.At, Hits: []Hit{{Cost: s.Cost, Always: s.Always}}, Want: []algorithm.Verdict{s.Want}}
 		}
 		vs = append(vs, v)
 	}
@@ -133,6 +134,168 @@ func Vectors() []Vector {
 				{Hits: []Hit{{Key: "a", Cost: 1}, {Key: "bad", Limit: fixedWindow(2, 0), Cost: 1, Soft: true}},
 					Want: []algorithm.Verdict{ok(2, 1, sec), {}}},
 				{Hits: []Hit{{Key: "a", Cost: 0}}, Want: []algorithm.Verdict{ok(2, 1, sec)}},
+			},
+		},
+
+		// Always-charged hits (algorithm.ChargeAlways): applied first, in
+		// order, and never undone; they block the admitted hits of their
+		// batch when rejected, like any hit that is not Soft.
+		{
+			Name: "batch/always_over_limit_blocks_admitted", Limit: fixedWindow(3, sec), Start: algorithmtest.Start,
+			Steps: []Step{
+				// b goes to 5 of 3 and is rejected: a is not charged.
+				{Hits: []Hit{{Key: "a", Cost: 1}, {Key: "b", Cost: 5, Always: true}},
+					Want: []algorithm.Verdict{ok(3, 3, 0), no(3, 0, sec, sec)}},
+				{Hits: []Hit{{Key: "a", Cost: 3}}, Want: []algorithm.Verdict{ok(3, 0, sec)}},
+				{Hits: []Hit{{Key: "b", Cost: 0, Always: true}}, Want: []algorithm.Verdict{no(3, 0, sec, sec)}},
+				// A rejected always-charged hit that is Soft blocks nothing.
+				{Hits: []Hit{{Key: "c", Cost: 1}, {Key: "b", Cost: 1, Always: true, Soft: true}},
+					Want: []algorithm.Verdict{ok(3, 2, sec), no(3, 0, sec, sec)}},
+				{Hits: []Hit{{Key: "c", Cost: 0}}, Want: []algorithm.Verdict{ok(3, 2, sec)}},
+			},
+		},
+		{
+			Name: "batch/admitted_rejection_keeps_always", Limit: fixedWindow(2, sec), Start: algorithmtest.Start,
+			Steps: []Step{
+				// a can never fit; b is charged all the same.
+				{Hits: []Hit{{Key: "a", Cost: 3}, {Key: "b", Cost: 1, Always: true}},
+					Want: []algorithm.Verdict{no(2, 2, 0, sec), ok(2, 1, sec)}},
+				{Hits: []Hit{{Key: "b", Cost: 0}}, Want: []algorithm.Verdict{ok(2, 1, sec)}},
+				// b takes the counter to its limit, then a is rejected.
+				{Hits: []Hit{{Key: "b", Cost: 1}, {Key: "b", Cost: 1, Always: true}},
+					Want: []algorithm.Verdict{no(2, 0, sec, sec), ok(2, 0, sec)}},
+				{Hits: []Hit{{Key: "b", Cost: 0, Always: true}}, Want: []algorithm.Verdict{ok(2, 0, sec)}},
+			},
+		},
+		{
+			// On one counter the always-charged hit goes first, whatever
+			// the request order, and the admitted hit sees its charge.
+			Name: "batch/always_first_on_one_counter", Limit: fixedWindow(3, sec), Start: algorithmtest.Start,
+			Steps: []Step{
+				{Hits: []Hit{{Cost: 2}, {Cost: 2, Always: true}},
+					Want: []algorithm.Verdict{no(3, 1, sec, sec), ok(3, 1, sec)}},
+				{Hits: []Hit{{Cost: 0}}, Want: []algorithm.Verdict{ok(3, 1, sec)}},
+				{Hits: []Hit{{Cost: 1}, {Cost: 1, Always: true}},
+					Want: []algorithm.Verdict{no(3, 0, sec, sec), ok(3, 0, sec)}},
+				// A new window: both fit, and both are charged.
+				{At: sec, Hits: []Hit{{Cost: 1}, {Cost: 1, Always: true}},
+					Want: []algorithm.Verdict{ok(3, 1, sec), ok(3, 2, sec)}},
+				{At: sec, Hits: []Hit{{Cost: 0, Always: true}}, Want: []algorithm.Verdict{ok(3, 1, sec)}},
+			},
+		},
+		{
+			// An always-charged refund is kept when its batch is rejected;
+			// an admitted one is rolled back. The hit that blocks the batch
+			// is on a second limit of the same descriptor, so a Redis
+			// Cluster decides the batch in one slot group (across slot
+			// groups a refund is never undone).
+			Name: "batch/always_refund_kept", Limit: tokenBucket(10, 0, sec), Start: algorithmtest.Start,
+			Steps: []Step{
+				{Hits: []Hit{{Cost: 10}}, Want: []algorithm.Verdict{ok(10, 0, sec)}},
+				{Hits: []Hit{{Cost: -4, Always: true}, {Limit: fixedWindow(0, sec), Cost: 1}},
+					Want: []algorithm.Verdict{ok(10, 4, 600*ms), no(0, 0, 0, sec)}},
+				{Hits: []Hit{{Cost: 0}}, Want: []algorithm.Verdict{ok(10, 4, 600*ms)}},
+				{Hits: []Hit{{Cost: -4}, {Limit: fixedWindow(0, sec), Cost: 1}},
+					Want: []algorithm.Verdict{ok(10, 4, 600*ms), no(0, 0, 0, sec)}},
+				{Hits: []Hit{{Cost: 0}}, Want: []algorithm.Verdict{ok(10, 4, 600*ms)}},
+			},
+		},
+		{
+			// Like batch/rollback_every_algorithm, with always-charged hits
+			// past the limit of every algorithm blocking admitted ones.
+			Name: "batch/always_every_algorithm", Start: algorithmtest.Start,
+			Steps: []Step{
+				{Hits: []Hit{
+					{Key: "tb", Limit: tokenBucket(2, 0, sec), Cost: 1},
+					{Key: "fw", Limit: fixedWindow(2, sec), Cost: 1},
+					{Key: "swc", Limit: slidingCounter(2, sec), Cost: 1},
+					{Key: "swl", Limit: slidingLog(2, sec), Cost: 1},
+				}, Want: []algorithm.Verdict{ok(2, 1, 500*ms), ok(2, 1, sec), ok(2, 1, 2*sec), ok(2, 1, sec)}},
+				{At: 100 * ms, Hits: []Hit{
+					{Key: "tba", Limit: tokenBucket(2, 0, sec), Cost: 1},
+					{Key: "tb", Limit: tokenBucket(2, 0, sec), Cost: 2, Always: true},
+					{Key: "fwa", Limit: fixedWindow(2, sec), Cost: 1},
+					{Key: "fw", Limit: fixedWindow(2, sec), Cost: 2, Always: true},
+					{Key: "swca", Limit: slidingCounter(2, sec), Cost: 1},
+					{Key: "swc", Limit: slidingCounter(2, sec), Cost: 2, Always: true},
+					{Key: "swla", Limit: slidingLog(2, sec), Cost: 1},
+					{Key: "swl", Limit: slidingLog(2, sec), Cost: 2, Always: true},
+				}, Want: []algorithm.Verdict{
+					ok(2, 2, 0), no(2, 0, 1400*ms, 400*ms),
+					ok(2, 2, 0), no(2, 0, 900*ms, 900*ms),
+					// 3 in this window: ⌈3·(1 s − x)/1 s⌉ ≤ 2 from x = 333 334 µs.
+					ok(2, 2, 0), no(2, 0, 1900*ms, 1_233_334*us),
+					// The log holds 3 entries, the oldest from 0 ms.
+					ok(2, 2, 0), no(2, 0, sec, 900*ms),
+				}},
+				// Nothing admitted was charged: a full cost fits each.
+				{At: 100 * ms, Hits: []Hit{
+					{Key: "tba", Limit: tokenBucket(2, 0, sec), Cost: 2},
+					{Key: "fwa", Limit: fixedWindow(2, sec), Cost: 2},
+					{Key: "swca", Limit: slidingCounter(2, sec), Cost: 2},
+					{Key: "swla", Limit: slidingLog(2, sec), Cost: 2},
+				}, Want: []algorithm.Verdict{ok(2, 0, sec), ok(2, 0, 900*ms), ok(2, 0, 1900*ms), ok(2, 0, sec)}},
+				// Every always-charged hit was.
+				{At: 100 * ms, Hits: []Hit{
+					{Key: "tb", Limit: tokenBucket(2, 0, sec), Cost: 0, Always: true},
+					{Key: "fw", Limit: fixedWindow(2, sec), Cost: 0, Always: true},
+					{Key: "swc", Limit: slidingCounter(2, sec), Cost: 0, Always: true},
+					{Key: "swl", Limit: slidingLog(2, sec), Cost: 0, Always: true},
+				}, Want: []algorithm.Verdict{
+					no(2, 0, 1400*ms, 400*ms), no(2, 0, 900*ms, 900*ms), no(2, 0, 1900*ms, 1_233_334*us), no(2, 0, sec, 900*ms),
+				}},
+			},
+		},
+		{
+			// A report of 2 000 000 on every algorithm at once, then
+			// refunds that bring each back to exactly its limit: nothing
+			// overflows or rounds.
+			Name: "batch/always_two_million_every_algorithm", Start: algorithmtest.Start,
+			Steps: []Step{
+				{Hits: []Hit{
+					{Key: "tb", Limit: tokenBucket(10, 0, sec), Cost: 2_000_000, Always: true},
+					{Key: "fw", Limit: fixedWindow(10, sec), Cost: 2_000_000, Always: true},
+					{Key: "swc", Limit: slidingCounter(10, sec), Cost: 2_000_000, Always: true},
+					{Key: "swl", Limit: slidingLog(10, sec), Cost: 2_000_000, Always: true},
+				}, Want: []algorithm.Verdict{
+					// 2·10^11 µs of refill, 10^6 of them in the bucket.
+					no(10, 0, 200_000*sec, 199_999*sec),
+					no(10, 0, sec, sec),
+					// The next window's estimate ⌈2·10^6·(1 s − x)/1 s⌉ is
+					// 10 from x = 999 995 µs.
+					no(10, 0, 2*sec, 1_999_995*us),
+					// The log keeps 11 entries.
+					no(10, 0, sec, sec),
+				}},
+				{Hits: []Hit{
+					{Key: "tb", Limit: tokenBucket(10, 0, sec), Cost: 0, Always: true},
+					{Key: "fw", Limit: fixedWindow(10, sec), Cost: 0, Always: true},
+					{Key: "swc", Limit: slidingCounter(10, sec), Cost: 0, Always: true},
+					{Key: "swl", Limit: slidingLog(10, sec), Cost: 0, Always: true},
+				}, Want: []algorithm.Verdict{
+					no(10, 0, 200_000*sec, 199_999*sec), no(10, 0, sec, sec), no(10, 0, 2*sec, 1_999_995*us), no(10, 0, sec, sec),
+				}},
+				{Hits: []Hit{
+					{Key: "tb", Limit: tokenBucket(10, 0, sec), Cost: -1_999_990},
+					{Key: "fw", Limit: fixedWindow(10, sec), Cost: -1_999_990},
+					{Key: "swc", Limit: slidingCounter(10, sec), Cost: -1_999_990},
+					{Key: "swl", Limit: slidingLog(10, sec), Cost: -1},
+				}, Want: []algorithm.Verdict{ok(10, 0, sec), ok(10, 0, sec), ok(10, 0, 2*sec), ok(10, 0, sec)}},
+				// Each stands at exactly its limit.
+				{Hits: []Hit{
+					{Key: "tb", Limit: tokenBucket(10, 0, sec), Cost: 0, Always: true},
+					{Key: "fw", Limit: fixedWindow(10, sec), Cost: 0, Always: true},
+					{Key: "swc", Limit: slidingCounter(10, sec), Cost: 0, Always: true},
+					{Key: "swl", Limit: slidingLog(10, sec), Cost: 0, Always: true},
+				}, Want: []algorithm.Verdict{ok(10, 0, sec), ok(10, 0, sec), ok(10, 0, 2*sec), ok(10, 0, sec)}},
+				{Hits: []Hit{
+					{Key: "tb", Limit: tokenBucket(10, 0, sec), Cost: 0},
+					{Key: "fw", Limit: fixedWindow(10, sec), Cost: 0},
+					{Key: "swc", Limit: slidingCounter(10, sec), Cost: 0},
+					{Key: "swl", Limit: slidingLog(10, sec), Cost: 0},
+				}, Want: []algorithm.Verdict{
+					no(10, 0, sec, 100*ms), no(10, 0, sec, sec), no(10, 0, 2*sec, 1_100_000*us), no(10, 0, sec, sec),
+				}},
 			},
 		},
 
