@@ -174,7 +174,7 @@ func (s *Store) applyOne(h *store.Hit, v *algorithm.Verdict) {
 	} else {
 		state, found := sh.load(h.Limit.Kind, key)
 		next, verdict := algorithm.Apply(h.Limit, state, now, h.Cost)
-		if verdict.Allowed && h.Cost != 0 {
+		if charged(h.Limit, verdict, h.Cost) {
 			sh.save(h.Limit, key, next, found, now, s.perShard)
 		}
 		*v = verdict
@@ -183,20 +183,30 @@ func (s *Store) applyOne(h *store.Hit, v *algorithm.Verdict) {
 	sh.mu.Unlock()
 }
 
+// charged reports whether a hit's new state is kept: one that changes
+// something (cost not 0) and is admitted or charged always.
+func charged(l algorithm.Limit, v algorithm.Verdict, cost int64) bool {
+	return cost != 0 && (v.Allowed || l.Charge == algorithm.ChargeAlways)
+}
+
 // pending is a hit of a batch being decided.
 type pending struct {
 	key   uint64
 	shard uint32
-	// prev is the index of the batch's previous hit on the same counter,
-	// or -1.
+	// hit is the index of the hit in the batch; pendings are in the order
+	// hits are decided, the always-charged ones first.
+	hit int32
+	// prev is the index of the previous pending on the same counter, or -1.
 	prev int32
 	// state is the counter after this hit: the hit's new state if it was
-	// admitted, else the state it saw.
+	// charged, else the state it saw.
 	state algorithm.State
 }
 
 // applyBatch is Apply for a batch of several hits: it locks every shard
-// involved, decides all hits, then commits all of them or none.
+// involved and decides the always-charged hits, then the others, as
+// store.Store orders them; then it commits the always-charged hits, and
+// the others all or none.
 func (s *Store) applyBatch(hits []store.Hit, verdicts []algorithm.Verdict) {
 	var inline [inlineHits]pending
 	var inlineShards [inlineHits]uint32
@@ -205,18 +215,34 @@ func (s *Store) applyBatch(hits []store.Hit, verdicts []algorithm.Verdict) {
 		ps = make([]pending, 0, len(hits))
 		locked = make([]uint32, 0, len(hits))
 	}
+	always := 0
 	for i := range hits {
-		key := s.key(&hits[i])
-		p := pending{key: key, shard: uint32(key >> s.shift), prev: -1}
-		for j := i - 1; j >= 0; j-- {
-			if ps[j].key == key {
-				p.prev = int32(j)
-				break
-			}
+		if hits[i].Limit.Charge == algorithm.ChargeAlways {
+			always++
 		}
-		ps = append(ps, p)
-		if at, found := slices.BinarySearch(locked, p.shard); !found {
-			locked = slices.Insert(locked, at, p.shard)
+	}
+	// Two passes over the batch when it mixes charges: the always-charged
+	// hits, then the others.
+	for pass := range 2 {
+		if pass == 1 && (always == 0 || always == len(hits)) {
+			break
+		}
+		for i := range hits {
+			if always != 0 && always != len(hits) && (hits[i].Limit.Charge == algorithm.ChargeAlways) != (pass == 0) {
+				continue
+			}
+			key := s.key(&hits[i])
+			p := pending{key: key, shard: uint32(key >> s.shift), hit: int32(i), prev: -1}
+			for j := len(ps) - 1; j >= 0; j-- {
+				if ps[j].key == key {
+					p.prev = int32(j)
+					break
+				}
+			}
+			ps = append(ps, p)
+			if at, found := slices.BinarySearch(locked, p.shard); !found {
+				locked = slices.Insert(locked, at, p.shard)
+			}
 		}
 	}
 
@@ -225,8 +251,9 @@ func (s *Store) applyBatch(hits []store.Hit, verdicts []algorithm.Verdict) {
 		s.shards[i].mu.Lock()
 	}
 	rejected := false
-	for i := range hits {
-		h, p := &hits[i], &ps[i]
+	for k := range ps {
+		p := &ps[k]
+		h := &hits[p.hit]
 		var state algorithm.State
 		if p.prev >= 0 {
 			state = ps[p.prev].state
@@ -234,24 +261,35 @@ func (s *Store) applyBatch(hits []store.Hit, verdicts []algorithm.Verdict) {
 			state, _ = s.shards[p.shard].load(h.Limit.Kind, p.key)
 		}
 		next, v := algorithm.Apply(h.Limit, state, now, h.Cost)
-		verdicts[i] = v
+		verdicts[p.hit] = v
 		p.state = state
-		if v.Allowed {
+		if v.Allowed || h.Limit.Charge == algorithm.ChargeAlways {
 			p.state = next
-		} else if !h.Soft {
+		}
+		if !v.Allowed && !h.Soft {
 			rejected = true
 		}
 	}
-	for i := range hits {
-		h, p := &hits[i], &ps[i]
+	// The always-charged hits come first, so each counter is written in
+	// the order its hits were decided, and an admitted hit of a rejected
+	// batch reports its counter as the always-charged ones left it.
+	for k := range ps {
+		p := &ps[k]
+		h := &hits[p.hit]
 		sh := &s.shards[p.shard]
+		v := &verdicts[p.hit]
 		switch {
-		case !verdicts[i].Allowed:
+		case h.Limit.Charge == algorithm.ChargeAlways:
+			if charged(h.Limit, *v, h.Cost) {
+				_, found := sh.load(h.Limit.Kind, p.key)
+				sh.save(h.Limit, p.key, p.state, found, now, s.perShard)
+			}
+		case !v.Allowed:
 		case rejected:
 			// Nothing is charged: report the counter as it stays.
 			state, _ := sh.load(h.Limit.Kind, p.key)
-			_, v := algorithm.Apply(h.Limit, state, now, 0)
-			verdicts[i] = algorithm.Verdict{Allowed: true, Limit: v.Limit, Remaining: v.Remaining, ResetAfter: v.ResetAfter}
+			_, c := algorithm.Apply(h.Limit, state, now, 0)
+			*v = algorithm.Verdict{Allowed: true, Limit: c.Limit, Remaining: c.Remaining, ResetAfter: c.ResetAfter}
 		case h.Cost != 0:
 			_, found := sh.load(h.Limit.Kind, p.key)
 			sh.save(h.Limit, p.key, p.state, found, now, s.perShard)
@@ -261,7 +299,7 @@ func (s *Store) applyBatch(hits []store.Hit, verdicts []algorithm.Verdict) {
 		sh := &s.shards[i]
 		for j := range ps {
 			if ps[j].shard == i {
-				sh.sweep(hits[j].Limit.Kind, now)
+				sh.sweep(hits[ps[j].hit].Limit.Kind, now)
 				break
 			}
 		}

@@ -76,7 +76,7 @@ func (sh *shard) applyBucket(l algorithm.Limit, key uint64, now, cost int64, lim
 	}
 	next, v := algorithm.Apply(l, state, now, cost)
 	switch {
-	case !v.Allowed || cost == 0:
+	case cost == 0 || !v.Allowed && l.Charge != algorithm.ChargeAlways:
 	case found && next.T > now: // l.Expiry(next) is next.T
 		sh.buckets.set(i, next.T)
 	default:
