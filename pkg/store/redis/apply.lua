@@ -28,18 +28,24 @@
 -- argv[1] is now in µs since the epoch, or "" for the server's TIME.
 -- argv[2] is extra TTL in ms added to every key written.
 -- argv[3] packs the groups as little-endian 64-bit integers. Each group is
--- its number of hits n, then n times
---   kind requests burst period cost soft
+-- its number of hits n, negated when the group holds an always-charged hit,
+-- then n times
+--   kind requests burst period cost flags
 -- with kind 1 token bucket, 2 fixed window, 3 sliding-window counter,
--- 4 sliding-window log (algorithm.Kind), period in µs, soft 1 or 0.
+-- 4 sliding-window log (algorithm.Kind), period in µs, and flags the sum
+-- of 1 for a soft hit (store.Hit.Soft) and 2 for an always-charged one
+-- (algorithm.ChargeAlways).
 --
--- Within a group, hits are decided in order, each seeing its counter as the
--- earlier hits left it. If a hit that is not soft is rejected, the group
--- changes nothing and each of its admitted hits reports its unchanged
--- counter (Allowed, with the Remaining and ResetAfter of a check).
--- Otherwise every counter an admitted hit changed takes its new state. Once
--- all groups are decided, each changed counter is written once, with a TTL
--- that ends when the counter is empty again (algorithm.Limit.Expiry).
+-- Within a group, the always-charged hits are decided first, in order, and
+-- each takes effect whatever its verdict. Then the other hits are decided
+-- in order, each seeing its counter as the earlier-decided hits left it. If
+-- a hit that is not soft was rejected, always-charged ones included, none
+-- of the other hits changes anything and each of them that was admitted
+-- reports its counter as it stands (Allowed, with the Remaining and
+-- ResetAfter of a check). Otherwise every counter an admitted hit changed
+-- takes its new state. Once all groups are decided, each changed counter is
+-- written once, with a TTL that ends when the counter is empty again
+-- (algorithm.Limit.Expiry).
 --
 -- Returns a list: now; a string of 5 little-endian 64-bit integers per hit,
 -- in hit order: allowed (1 or 0), remaining, resetAfter µs, retryAfter µs,
@@ -70,6 +76,10 @@ local floor, ceil, min, max, fmod, format, sunpack, spack
 -- is refused like an invalid limit.
 local MAX_LOG_REQUESTS = 10000
 
+-- MAX_COUNT is algorithm.MaxCount, where a window's count saturates, and
+-- MAX_DEBT algorithm.MaxDebt, the deepest a token bucket's debt goes in µs.
+local MAX_COUNT, MAX_DEBT = 4503599627370496, 1125899906842624
+
 -- HIT is the struct format of one hit of argv[3], HIT_SIZE its length;
 -- RESULT1 the format of one hit's results.
 local HIT, HIT_SIZE, RESULT1 = '<i8i8i8i8i8i8', 48, '<i8i8i8i8i8'
@@ -96,7 +106,10 @@ end
 
 -- Each algorithm returns the new state (nil when unchanged), allowed
 -- (1 or 0), remaining, resetAfter, retryAfter and limit.
-local function tokenBucket(r, burst, p, cost, tat)
+--
+-- always is true for an always-charged hit (algorithm.ChargeAlways), which
+-- may take the bucket into debt, a credit k below 0.
+local function tokenBucket(r, burst, p, cost, tat, always)
   local cap = r
   if burst > 0 then cap = r + burst end
   if r == 0 then
@@ -112,16 +125,33 @@ local function tokenBucket(r, burst, p, cost, tat)
     if a > cap then a = cap end
   end
   local k2
-  if cost < 0 then
+  if cost < 0 and k < 0 then
+    -- In debt: k + needUpTo(-cost, τ − k), compared before it is capped.
+    local most = tau - k
+    local f = ceil(-cost * p / r)
+    if f < most then k2 = k + f else k2 = k + most end
+  elseif cost < 0 then
     local m = cap
     if cost > -m then m = -cost end
     k2 = k + ceil((a + m) * p / r) - ceil(a * p / r)
     if k2 > tau then k2 = tau end
   elseif cost == 0 then
+    if always then
+      if k >= 0 then return nil, 1, bucketRemaining(k, cap, r, p), tau - k, 0, cap end
+      return nil, 0, 0, tau - k, -k, cap
+    end
     if a >= 1 then
       return nil, 1, bucketRemaining(k, cap, r, p), tau - k, 0, cap
     end
     return nil, 0, bucketRemaining(k, cap, r, p), tau - k, ceil(p / r) - k, cap
+  elseif always and cost > a then
+    -- min(k − needUpTo(cost, max(0, k + MaxDebt)), −1)
+    local most = k + MAX_DEBT
+    if most < 0 then most = 0 end
+    local f = ceil(cost * p / r)
+    if f < most then k2 = k - f else k2 = k - most end
+    if k2 > -1 then k2 = -1 end
+    return now + tau - k2, 0, 0, tau - k2, -k2, cap
   elseif cost > cap then
     return nil, 0, bucketRemaining(k, cap, r, p), tau - k, p, cap
   elseif cost > a then
@@ -189,7 +219,13 @@ local function buildOthers()
   ------------------------------------------------------------------------
   -- Fixed window (algorithm.applyFixedWindow). State: { T, Cur }.
 
-  local function fixedWindow(r, p, cost, s)
+  -- addCount mirrors algorithm.addCount: count + cost, at most MAX_COUNT.
+  local function addCount(count, cost)
+    if cost > MAX_COUNT - count then return MAX_COUNT end
+    return count + cost
+  end
+
+  local function fixedWindow(r, p, cost, s, always)
     local w = windowStart(p)
     local e = w + p - now
     local cur = 0
@@ -199,12 +235,13 @@ local function buildOthers()
     local remaining = max(0, r - cur)
     if cost < 0 then
       cur = max(0, cur + cost)
-    elseif r == 0 or cost > r then
+    elseif r == 0 or (cost > r and not always) then
       return nil, 0, remaining, reset, p, r
     elseif cost == 0 then
-      if cur + 1 <= r then return nil, 1, remaining, reset, 0, r end
+      if cur + 1 <= r or (always and cur <= r) then return nil, 1, remaining, reset, 0, r end
       return nil, 0, remaining, reset, e, r
-    elseif cur + cost > r then
+    elseif cost > r - cur then
+      if always then return { T = w, Cur = addCount(cur, cost) }, 0, 0, e, e, r end
       return nil, 0, remaining, reset, e, r
     else
       cur = cur + cost
@@ -228,7 +265,17 @@ local function buildOthers()
     return 0
   end
 
-  local function slidingCounter(r, p, cost, s)
+  -- slidingRetryAfter is when the estimate leaves room for n more.
+  local function slidingRetryAfter(prev, cur, n, r, p, elapsed)
+    local m = r - cur - n
+    if m >= 0 then
+      return p - floor(m * p / prev) - elapsed
+    end
+    local into = p - floor((r - n) * p / cur)
+    return p - elapsed + into
+  end
+
+  local function slidingCounter(r, p, cost, s, always)
     local w = windowStart(p)
     local elapsed = now - w
     local prev, cur = 0, 0
@@ -240,6 +287,7 @@ local function buildOthers()
     local e = slidingEstimate(prev, cur, p, elapsed)
     local remaining, reset = max(0, r - e), slidingResetAfter(prev, cur, p, elapsed)
     local n = max(cost, 1)
+    if always then n = max(cost, 0) end
     if cost < 0 then
       if cost <= -(cur + prev) then
         cur, prev = 0, 0
@@ -248,15 +296,15 @@ local function buildOthers()
         cur = cur - taken
         prev = prev - (-cost - taken)
       end
-    elseif r == 0 or cost > r then
+    elseif r == 0 or (cost > r and not always) then
       return nil, 0, remaining, reset, p, r
-    elseif e + n > r then
-      local m = r - cur - n
-      if m >= 0 then
-        return nil, 0, remaining, reset, p - floor(m * p / prev) - elapsed, r
+    elseif n > r - e then
+      if always and cost > 0 then
+        cur = addCount(cur, cost)
+        return { T = w, Cur = cur, Prev = prev }, 0, 0, slidingResetAfter(prev, cur, p, elapsed),
+          slidingRetryAfter(prev, cur, 0, r, p, elapsed), r
       end
-      local into = p - floor((r - n) * p / cur)
-      return nil, 0, remaining, reset, p - elapsed + into, r
+      return nil, 0, remaining, reset, slidingRetryAfter(prev, cur, n, r, p, elapsed), r
     elseif cost == 0 then
       return nil, 1, remaining, reset, 0, r
     else
@@ -271,11 +319,12 @@ local function buildOthers()
   --
   -- The stored log is a sorted set, one member per admitted unit, scored by
   -- its time. Within a call the log is the stored live entries (score >
-  -- now - period) less the newest `cut` of them, plus `add` entries at now,
-  -- so a call reads O(log n) per hit however long the log is. In time order
-  -- it is: the stored entries at or before now (b of them), the added ones,
-  -- the stored ones after now (there are some only if a clock stepped back),
-  -- exactly where algorithm.insertTimes puts new entries.
+  -- now - period) less the oldest `skip` and the newest `cut` of them, plus
+  -- `add` entries at now, so a call reads O(log n) per hit however long the
+  -- log is. In time order it is: the stored entries at or before now (b of
+  -- them), the added ones, the stored ones after now (there are some only
+  -- if a clock stepped back), exactly where algorithm.insertTimes puts new
+  -- entries.
 
   -- logLoad returns the view of the stored log, or nil and an error message
   -- when the key holds another type.
@@ -283,7 +332,7 @@ local function buildOthers()
     local lo = '(' .. int(now - p)
     local live = redis.pcall('ZCOUNT', key, lo, '+inf')
     if type(live) == 'table' then return nil, live.err end
-    local l = { key = key, live = live, dead = 0, upToNow = 0, cut = 0, add = 0, p = p }
+    local l = { key = key, live = live, dead = 0, upToNow = 0, skip = 0, cut = 0, add = 0, p = p }
     if live > 0 then
       l.dead = redis.call('ZCARD', key) - live
       l.upToNow = redis.call('ZCOUNT', key, lo, int(now))
@@ -292,18 +341,24 @@ local function buildOthers()
   end
 
   local function logCount(l)
-    return l.live - l.cut + l.add
+    return l.live - l.skip - l.cut + l.add
   end
 
-  -- logStored returns the time of the i-th (0-based) live stored entry.
+  -- logBefore returns b, the stored entries of the log at or before now.
+  local function logBefore(l)
+    return max(0, min(l.live - l.cut, l.upToNow) - l.skip)
+  end
+
+  -- logStored returns the time of the i-th (0-based) stored entry of the
+  -- log.
   local function logStored(l, i)
-    local rank = l.dead + i
+    local rank = l.dead + l.skip + i
     return tonumber(redis.call('ZRANGE', l.key, rank, rank, 'WITHSCORES')[2])
   end
 
   -- logEntry returns the time of the i-th (0-based) entry of the log.
   local function logEntry(l, i)
-    local b = min(l.live - l.cut, l.upToNow)
+    local b = logBefore(l)
     if i < b then return logStored(l, i) end
     if i < b + l.add then return now end
     return logStored(l, i - l.add)
@@ -318,25 +373,45 @@ local function buildOthers()
   -- logRemove drops the m newest entries: stored ones after now, then added
   -- ones, then stored ones at or before now.
   local function logRemove(l, m)
-    local after = max(0, (l.live - l.cut) - l.upToNow)
+    local after = max(0, (l.live - l.cut) - max(l.upToNow, l.skip))
     local r1 = min(m, after)
     local r2 = min(m - r1, l.add)
     l.add = l.add - r2
     l.cut = l.cut + r1 + (m - r1 - r2)
   end
 
-  -- slidingLog changes l in place when it admits a hit of cost other than 0.
-  local function slidingLog(r, p, cost, l)
+  -- logKeep drops the oldest entries until at most keep are left: stored
+  -- ones at or before now, then added ones, then stored ones after now.
+  local function logKeep(l, keep)
+    local d = logCount(l) - keep
+    if d <= 0 then return end
+    local d1 = min(d, logBefore(l))
+    l.skip = l.skip + d1
+    d = d - d1
+    local d2 = min(d, l.add)
+    l.add = l.add - d2
+    l.skip = l.skip + d - d2
+  end
+
+  -- slidingLog changes l in place when it admits a hit of cost other than 0,
+  -- or charges one always.
+  local function slidingLog(r, p, cost, l, always)
     local count = logCount(l)
     local remaining, reset = max(0, r - count), logResetAfter(l)
     local n = max(cost, 1)
+    if always then n = max(cost, 0) end
     if cost < 0 then
       local m = count
       if cost > -m then m = -cost end
       logRemove(l, m)
-    elseif r == 0 or cost > r then
+    elseif r == 0 or (cost > r and not always) then
       return nil, 0, remaining, reset, p, r
-    elseif count + n > r then
+    elseif n > r - count and always and cost > 0 then
+      -- Append min(cost, r + 1) entries, then keep the newest r + 1.
+      l.add = l.add + min(cost, r + 1)
+      logKeep(l, r + 1)
+      return l, 0, 0, logResetAfter(l), logEntry(l, 0) + p - now, r
+    elseif n > r - count then
       return nil, 0, remaining, reset, logEntry(l, count + n - r - 1) + p - now, r
     elseif cost == 0 then
       return nil, 1, remaining, reset, 0, r
@@ -348,7 +423,8 @@ local function buildOthers()
 
   -- logCopy returns an independent copy of a log view.
   local function logCopy(l)
-    return { key = l.key, live = l.live, dead = l.dead, upToNow = l.upToNow, cut = l.cut, add = l.add, p = l.p }
+    return { key = l.key, live = l.live, dead = l.dead, upToNow = l.upToNow, skip = l.skip, cut = l.cut, add = l.add,
+      p = l.p }
   end
 
   local function logWrite(key, l)
@@ -362,6 +438,7 @@ local function buildOthers()
     end
     redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now - p))
     if l.cut > 0 then redis.call('ZREMRANGEBYRANK', key, -l.cut, -1) end
+    if l.skip > 0 then redis.call('ZREMRANGEBYRANK', key, 0, l.skip - 1) end
     if l.add > 0 then
       -- Members at one score are named t-<i> for i = 0, 1, ..., with i in an
       -- order-preserving form (a length digit, then the digits), so the
@@ -387,10 +464,10 @@ local function buildOthers()
 
   return {
     -- decide applies a hit of kind 2, 3 or 4.
-    decide = function(kind, r, p, cost, s)
-      if kind == 2 then return fixedWindow(r, p, cost, s) end
-      if kind == 3 then return slidingCounter(r, p, cost, s) end
-      return slidingLog(r, p, cost, s)
+    decide = function(kind, r, p, cost, s, always)
+      if kind == 2 then return fixedWindow(r, p, cost, s, always) end
+      if kind == 3 then return slidingCounter(r, p, cost, s, always) end
+      return slidingLog(r, p, cost, s, always)
     end,
     logLoad = logLoad,
     logWrite = logWrite,
@@ -407,10 +484,11 @@ local function load(key, kind, p)
   return parse(key, kind, v)
 end
 
--- decide applies a hit to its counter's state s.
-local function decide(kind, r, burst, p, cost, s)
-  if kind == 1 then return tokenBucket(r, burst, p, cost, s) end
-  return others.decide(kind, r, p, cost, s)
+-- decide applies a hit to its counter's state s; always is true for an
+-- always-charged hit.
+local function decide(kind, r, burst, p, cost, s, always)
+  if kind == 1 then return tokenBucket(r, burst, p, cost, s, always) end
+  return others.decide(kind, r, p, cost, s, always)
 end
 
 -- write stores a changed counter. Numbers go to redis.call as text from
@@ -463,8 +541,9 @@ local function applyOne(key, packed)
     out[2] = spack(RESULT1, 0, 0, 0, 0, 0)
     return out
   end
-  s, allowed, remaining, reset, retry, limit = decide(kind, r, burst, p, cost, s)
-  if allowed == 1 and cost ~= 0 and s then
+  local always = soft >= 2
+  s, allowed, remaining, reset, retry, limit = decide(kind, r, burst, p, cost, s, always)
+  if cost ~= 0 and s and (allowed == 1 or always) then
     write(key, kind, p, s)
   end
   out[2] = spack(RESULT1, allowed, remaining, reset, retry, limit)
@@ -482,11 +561,14 @@ end
 -- A changed counter joins written once, when its group commits, and
 -- dirty[key] is where in argv[3] a hit on it starts, for its kind and
 -- period (both part of the key). A group of one hit commits whatever it
--- changed: a hit that changes its counter is admitted. A larger group
--- saves in undo (key, state, hit position, in turn) each counter its hits
--- use, when seen[key] first marks it with g, and sets changed[key] = g
--- when a hit changes it; a rejection or failure restores the counters.
--- (These three tables are made for the first such group.)
+-- changed: its hit changes its counter only if it is admitted or charged
+-- always. A larger group decides its always-charged hits (phase 1), then
+-- the others (phase 2). In phase 2 it saves in undo (key, state, hit
+-- position, in turn) each counter its hits use, when seen[key] first marks
+-- it with g, and sets changed[key] = g when a hit changes it; a rejection
+-- or failure restores the counters. Phase 1 does the same with undoA,
+-- seenA and changedA, which only a failure restores. (These tables are
+-- made for the first group that needs them.)
 local function apply(keys, argv)
   if not floor then
     floor, ceil, min, max, fmod = math.floor, math.ceil, math.min, math.max, math.fmod
@@ -505,86 +587,133 @@ local function apply(keys, argv)
   local out, res = { now, '' }, {}
   local state, dirty, written = {}, {}, {}
   local seen, changed, undo
+  local seenA, changedA, undoA
   local o, g, first, pos = 0, 0, 0, 1
   while pos <= #packed do
     local n
     n, pos = sunpack('<i8', packed, pos)
     g = g + 1
-    local single, start, last, o0, u = n == 1, pos, first + n, o, 0
+    -- A negative count marks a group with always-charged hits.
+    local phase = 2
+    if n < 0 then n, phase = -n, 1 end
+    local single, start, last, o0, u, ua = n == 1, pos, first + n, o, 0, 0
     local rejected, err = false, nil
     if not single and not seen then seen, changed, undo = {}, {}, {} end
-    for i = first + 1, last do
-      local kind, r, burst, p, cost, soft
-      local at = pos
-      kind, r, burst, p, cost, soft, pos = sunpack(HIT, packed, pos)
-      local key = keys[i]
-      local allowed, remaining, reset, retry, limit = 0, 0, 0, 0, 0
-      if p <= 0 or r < 0 or kind < 1 or kind > 4 or (kind == 4 and r > MAX_LOG_REQUESTS) then
-        -- algorithm.Apply: an invalid limit rejects with a zero verdict.
-        if soft == 0 then rejected = true end
-      else
-        if kind ~= 1 and not others then others = buildOthers() end
-        local s, e = state[key], nil
-        if s == nil then
-          s, e = load(key, kind, p)
-          state[key] = s
-        end
-        if s == nil then
-          err = e
-        else
-          if not single and seen[key] ~= g then
-            seen[key] = g
-            undo[u + 1], undo[u + 2], undo[u + 3] = key, s, at
-            u = u + 3
-            if kind == 4 then
-              s = others.logCopy(s)
+    if phase == 1 and not single and not seenA then seenA, changedA, undoA = {}, {}, {} end
+    while phase <= 2 do
+      pos, o = start, o0
+      for i = first + 1, last do
+        local kind, r, burst, p, cost, flags
+        local at = pos
+        kind, r, burst, p, cost, flags, pos = sunpack(HIT, packed, pos)
+        local always = flags >= 2
+        if always == (phase == 1) then
+          local key = keys[i]
+          local allowed, remaining, reset, retry, limit = 0, 0, 0, 0, 0
+          if p <= 0 or r < 0 or kind < 1 or kind > 4 or (kind == 4 and r > MAX_LOG_REQUESTS) then
+            -- algorithm.Apply: an invalid limit rejects with a zero verdict.
+            if flags == 0 or flags == 2 then rejected = true end
+          else
+            if kind ~= 1 and not others then others = buildOthers() end
+            local s, e = state[key], nil
+            if s == nil then
+              s, e = load(key, kind, p)
               state[key] = s
             end
-          end
-          s, allowed, remaining, reset, retry, limit = decide(kind, r, burst, p, cost, s)
-          if allowed == 1 then
-            if cost ~= 0 and s then
-              state[key] = s
-              if not single then
-                changed[key] = g
-              elseif not dirty[key] then
-                dirty[key] = at
-                written[#written + 1] = key
+            if s == nil then
+              err = e
+            else
+              if single then
+                -- Nothing to undo.
+              elseif always then
+                if seenA[key] ~= g then
+                  seenA[key] = g
+                  undoA[ua + 1], undoA[ua + 2], undoA[ua + 3] = key, s, at
+                  ua = ua + 3
+                  if kind == 4 then
+                    s = others.logCopy(s)
+                    state[key] = s
+                  end
+                end
+              elseif seen[key] ~= g then
+                seen[key] = g
+                undo[u + 1], undo[u + 2], undo[u + 3] = key, s, at
+                u = u + 3
+                if kind == 4 then
+                  s = others.logCopy(s)
+                  state[key] = s
+                end
+              end
+              s, allowed, remaining, reset, retry, limit = decide(kind, r, burst, p, cost, s, always)
+              if cost ~= 0 and s and (allowed == 1 or always) then
+                state[key] = s
+                if single then
+                  if not dirty[key] then
+                    dirty[key] = at
+                    written[#written + 1] = key
+                  end
+                elseif always then
+                  changedA[key] = g
+                else
+                  changed[key] = g
+                end
+              end
+              if allowed ~= 1 and (flags == 0 or flags == 2) then
+                rejected = true
               end
             end
-          elseif soft == 0 then
-            rejected = true
           end
+          res[o + 1], res[o + 2], res[o + 3], res[o + 4], res[o + 5] = allowed, remaining, reset, retry, limit
         end
+        o = o + 5
       end
-      res[o + 1], res[o + 2], res[o + 3], res[o + 4], res[o + 5] = allowed, remaining, reset, retry, limit
-      o = o + 5
+      phase = phase + 1
     end
 
-    if err or rejected then
+    if err then
+      -- A failed group changes nothing: phase 2, then phase 1, undone.
       for x = 1, u, 3 do
         state[undo[x]] = undo[x + 1]
       end
+      for x = 1, ua, 3 do
+        state[undoA[x]] = undoA[x + 1]
+      end
     else
-      for x = 1, u, 3 do
-        local key = undo[x]
-        if changed[key] == g and not dirty[key] then
-          dirty[key] = undo[x + 2]
+      for x = 1, ua, 3 do
+        local key = undoA[x]
+        if changedA[key] == g and not dirty[key] then
+          dirty[key] = undoA[x + 2]
           written[#written + 1] = key
+        end
+      end
+      if rejected then
+        for x = 1, u, 3 do
+          state[undo[x]] = undo[x + 1]
+        end
+      else
+        for x = 1, u, 3 do
+          local key = undo[x]
+          if changed[key] == g and not dirty[key] then
+            dirty[key] = undo[x + 2]
+            written[#written + 1] = key
+          end
         end
       end
     end
     if err then
       out[#out + 1], out[#out + 2] = g, err
     elseif rejected then
-      -- Nothing is charged: each admitted hit reports its counter as it was.
+      -- Nothing else is charged: each admitted hit that is not charged
+      -- always reports its counter as it stands.
       for i = first + 1, last do
         local x = o0 + (i - first - 1) * 5
         if res[x + 1] == 1 then
-          local kind, r, burst, p = sunpack(HIT, packed, start + (i - first - 1) * HIT_SIZE)
-          -- A check (cost 0) changes no state, not even a log view.
-          local _, _, remaining, reset, _, limit = decide(kind, r, burst, p, 0, state[keys[i]])
-          res[x + 2], res[x + 3], res[x + 4], res[x + 5] = remaining, reset, 0, limit
+          local kind, r, burst, p, _, flags = sunpack(HIT, packed, start + (i - first - 1) * HIT_SIZE)
+          if flags < 2 then
+            -- A check (cost 0) changes no state, not even a log view.
+            local _, _, remaining, reset, _, limit = decide(kind, r, burst, p, 0, state[keys[i]])
+            res[x + 2], res[x + 3], res[x + 4], res[x + 5] = remaining, reset, 0, limit
+          end
         end
       end
     end

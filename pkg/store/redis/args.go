@@ -22,24 +22,41 @@ import (
 //   - argv[2]: extra TTL in ms for every key written (serverSlack or
 //     clockSlack);
 //   - argv[3]: the groups, as little-endian 64-bit integers: each group
-//     its number of hits n, then n times kind, requests, burst, period (µs),
-//     cost and soft (1 or 0), as group.add appends them.
+//     its number of hits n, negated when a hit of the group is charged
+//     always, then n times kind, requests, burst, period (µs), cost and
+//     flags (1 for a soft hit, plus 2 for an always-charged one), as
+//     group.add appends them.
 //
 // The reply is a list: now (µs); a string of 5 little-endian 64-bit
 // integers per hit, in hit order (allowed, remaining, resetAfter µs,
 // retryAfter µs, limit; see verdict); then, for each group that failed,
 // its number (from 1) and the error message.
 
-// add appends hit i of the batch, h, with the given cost.
-func (g *group) add(h *store.Hit, key string, i int, cost int64, soft bool) {
+// The flags of a hit in argv[3].
+const (
+	flagSoft   = 1
+	flagAlways = 2
+)
+
+// add appends hit i of the batch, h, with the given cost, soft or not, and
+// charged always or not.
+func (g *group) add(h *store.Hit, key string, i int, cost int64, soft, always bool) {
 	g.keys = append(g.keys, key)
 	g.hits = append(g.hits, i)
-	s := int64(0)
+	flags := int64(0)
 	if soft {
-		s = 1
+		flags |= flagSoft
 	}
-	binary.LittleEndian.PutUint64(g.args, uint64(len(g.keys)))
-	for _, x := range [...]int64{int64(h.Limit.Kind), h.Limit.Requests, h.Limit.Burst, h.Limit.Period, cost, s} {
+	if always {
+		flags |= flagAlways
+		g.always = true
+	}
+	n := int64(len(g.keys))
+	if g.always {
+		n = -n
+	}
+	binary.LittleEndian.PutUint64(g.args, uint64(n))
+	for _, x := range [...]int64{int64(h.Limit.Kind), h.Limit.Requests, h.Limit.Burst, h.Limit.Period, cost, flags} {
 		g.args = binary.LittleEndian.AppendUint64(g.args, uint64(x))
 	}
 }

@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"testing"
@@ -19,7 +20,9 @@ import (
 // same random batches and requires identical verdicts. Limits span every
 // algorithm, limits whose products pass 2^53 (where the rounding of
 // ⌈a·b/c⌉ shows), costs around the capacity, refunds, checks and soft hits,
-// and batches that hit one counter several times.
+// always-charged hits and reports far past any capacity (up to 2^62, past
+// algorithm.MaxCount and algorithm.MaxDebt), and batches that hit one
+// counter several times.
 //
 // Against a cluster every batch has one shard, so it is one slot group
 // and all-or-nothing exactly, as in the memory store; across slot groups
@@ -94,9 +97,8 @@ func TestMergedMatchesReference(t *testing.T) {
 						want := ref.apply(t, at[b], hits)
 						for i := range hits {
 							if got[b][i] != want[i] {
-								t.Fatalf("step %d at %dµs, batch %d of %d, hit %d of %d (%s %+v cost %d soft %t):\n got  %+v\n want %+v",
-									step, at[b], b, len(batches), i, len(hits), hits[i].Entries[0].Value, hits[i].Limit,
-									hits[i].Cost, hits[i].Soft, got[b][i], want[i])
+								t.Fatalf("step %d at %dµs, batch %d of %d, hit %d of %d (%s):\n got  %+v\n want %+v",
+									step, at[b], b, len(batches), i, len(hits), describeHit(hits[i]), got[b][i], want[i])
 							}
 						}
 					}
@@ -136,9 +138,8 @@ func runParity(t *testing.T, oneShard bool, steps int, apply func(*rand.Rand, []
 		want := ref.apply(t, now, hits)
 		for i := range hits {
 			if got[i] != want[i] {
-				t.Fatalf("step %d at %dµs, hit %d of %d (%s %+v cost %d soft %t):\n got  %+v\n want %+v",
-					step, now, i, len(hits), hits[i].Entries[0].Value, hits[i].Limit,
-					hits[i].Cost, hits[i].Soft, got[i], want[i])
+				t.Fatalf("step %d at %dµs, hit %d of %d (%s):\n got  %+v\n want %+v",
+					step, now, i, len(hits), describeHit(hits[i]), got[i], want[i])
 			}
 		}
 	}
@@ -196,11 +197,20 @@ func parityHit(rng *rand.Rand, limits []algorithm.Limit, shard string) store.Hit
 		cost = capacity + rng.Int64N(2) // about the capacity
 	case r < 6 && capacity > 1<<20:
 		cost = rng.Int64N(capacity) // large costs on the extreme limits
+	case r < 7:
+		// Reports of LLM tokens: far above most capacities, up to past
+		// algorithm.MaxCount and algorithm.MaxDebt.
+		cost = []int64{2_000_000, 1_000_000_000, 1 << 53, 1 << 62}[rng.IntN(4)]
+	case r < 8:
+		cost = -2_000_000 // a large refund
 	default:
 		cost = 1 + rng.Int64N(min(capacity, 3))
 	}
 	if shard == "" {
 		shard = value
+	}
+	if rng.IntN(3) == 0 {
+		l.Charge = algorithm.ChargeAlways
 	}
 	return store.Hit{
 		Domain:  "parity",
@@ -210,6 +220,11 @@ func parityHit(rng *rand.Rand, limits []algorithm.Limit, shard string) store.Hit
 		Cost:    cost,
 		Soft:    rng.IntN(6) == 0,
 	}
+}
+
+// describeHit names a hit in a failure message.
+func describeHit(h store.Hit) string {
+	return fmt.Sprintf("%s %+v cost %d soft %t charge %v", h.Entries[0].Value, h.Limit, h.Cost, h.Soft, h.Limit.Charge)
 }
 
 // reference is the memory store on a clock of its own, which apply sets

@@ -5,11 +5,12 @@
 // # Decisions
 //
 // One embedded Lua script (apply.lua) decides a group of hits atomically:
-// it mirrors package algorithm's Apply bit for bit, decides the hits in
-// order (a later hit on a key sees the earlier one's state), and writes
-// either every admitted hit's new state, with a TTL that ends when the
-// counter is empty again, or, when a hit that is not Soft is rejected,
-// nothing. One script call carries the groups of several Applies (see
+// it mirrors package algorithm's Apply bit for bit, decides the
+// always-charged hits, then the others, each in order (a later hit on a key
+// sees the earlier one's state), and writes the always-charged hits' new
+// states and either every admitted hit's new state or, when a hit that is
+// not Soft is rejected, none of them, with a TTL that ends when the
+// counter is empty again. One script call carries the groups of several Applies (see
 // Batching), each decided by itself. Time comes from the Redis server's
 // TIME, read once per call, unless Options.Now is set.
 //
@@ -61,7 +62,10 @@
 //   - between the group that charged and its refund, a concurrent request
 //     on the same counter may see the charge and be rejected;
 //   - hits with a negative cost are refunds, always admitted, and are not
-//     undone when another group rejects.
+//     undone when another group rejects;
+//   - always-charged hits (algorithm.ChargeAlways) are never undone either:
+//     in every group they are decided first and take effect whatever the
+//     verdict, as store.Store requires.
 //
 // # Batching
 //
@@ -375,7 +379,8 @@ func (r *request) verdicts(hits []store.Hit, verdicts []algorithm.Verdict) (reje
 
 // refund gives back what the committed groups of r charged: every admitted
 // hit with a positive cost of a group that rejected nothing and did not
-// fail. Each such hit then reports its counter after the refund.
+// fail, except the always-charged ones, which store.Store never undoes.
+// Each such hit then reports its counter after the refund.
 func (s *Store) refund(ctx context.Context, r *request, hits []store.Hit, verdicts []algorithm.Verdict, now int64) error {
 	var refunds []*group
 	for _, g := range r.groups {
@@ -384,14 +389,15 @@ func (s *Store) refund(ctx context.Context, r *request, hits []store.Hit, verdic
 		}
 		var rg *group
 		for k, i := range g.hits {
-			if !verdicts[i].Allowed || hits[i].Cost <= 0 {
+			// An always-charged hit is never given back.
+			if !verdicts[i].Allowed || hits[i].Cost <= 0 || hits[i].Limit.Charge == algorithm.ChargeAlways {
 				continue
 			}
 			if rg == nil {
 				rg = r.newGroup(now, g.slot)
 				refunds = append(refunds, rg)
 			}
-			rg.add(&hits[i], g.keys[k], i, -hits[i].Cost, true)
+			rg.add(&hits[i], g.keys[k], i, -hits[i].Cost, true, false)
 		}
 		if rg == nil {
 			continue
@@ -402,7 +408,7 @@ func (s *Store) refund(ctx context.Context, r *request, hits []store.Hit, verdic
 		n := len(rg.hits)
 		for k := range n {
 			i := rg.hits[k]
-			rg.add(&hits[i], rg.keys[k], i, 0, true)
+			rg.add(&hits[i], rg.keys[k], i, 0, true, false)
 		}
 	}
 	if len(refunds) == 0 {
@@ -487,9 +493,11 @@ type group struct {
 	decidedAt int64
 	err       error
 	// rejected reports that a hit of the group that is not Soft was
-	// rejected, so the group wrote nothing.
+	// rejected, so the group wrote nothing but its always-charged hits.
 	rejected bool
-	done     chan struct{} // receives once the call has run
+	// always reports that a hit of the group is charged always.
+	always bool
+	done   chan struct{} // receives once the call has run
 }
 
 // request holds the groups of one Apply; it is reused through a pool.
@@ -511,7 +519,7 @@ func (r *request) newGroup(now int64, slot int) *group {
 	g.ctx, g.slot, g.now = nil, slot, now
 	g.keys, g.hits, g.res = g.keys[:0], g.hits[:0], g.res[:0]
 	g.args = binary.LittleEndian.AppendUint64(g.args[:0], 0) // the hit count, set by add
-	g.err, g.rejected = nil, false
+	g.err, g.rejected, g.always = nil, false, false
 	r.groups = append(r.groups, g)
 	return g
 }
@@ -546,6 +554,6 @@ func (r *request) build(s *Store, hits []store.Hit, now int64) {
 				groupSlots = append(groupSlots, slot)
 			}
 		}
-		g.add(h, key, i, h.Cost, h.Soft)
+		g.add(h, key, i, h.Cost, h.Soft, h.Limit.Charge == algorithm.ChargeAlways)
 	}
 }
