@@ -31,7 +31,11 @@
 // Any other batch, including one that mixes known and unknown counters,
 // or has Soft hits on unknown counters, or checks (cost 0), goes to the
 // store whole: the verdicts of its other hits come from counters only the
-// store knows.
+// store knows. So does every batch with an always-charged hit
+// (algorithm.ChargeAlways), known counter or not: its cost must reach the
+// counter. Its verdict is not remembered (it tells when the counter is back
+// at its limit, not when a hit fits), and the entry of its counter stays,
+// since a charge only puts the counter further past its limit.
 //
 // # What it does not guarantee
 //
@@ -216,7 +220,7 @@ func (s *Store) Apply(ctx context.Context, hits []store.Hit, verdicts []algorith
 		case h.Cost < 0:
 			s.drop(k)
 			local = false
-		case local && h.Cost == 1:
+		case local && h.Cost == 1 && h.Limit.Charge != algorithm.ChargeAlways:
 			local = s.lookup(k, h.Limit, now, &verdicts[i])
 		default:
 			local = false
@@ -245,9 +249,12 @@ func keyAt(buf []byte, ends []int, i int) []byte {
 	return buf[ends[i-1]:ends[i]]
 }
 
-// remembered reports whether a hit's verdict is one the cache keeps.
+// remembered reports whether a hit's verdict is one the cache keeps. An
+// always-charged hit's is not: it tells when the counter is back at its
+// limit, not when a hit fits again.
 func remembered(h *store.Hit, v *algorithm.Verdict) bool {
-	return h.Cost == 1 && !v.Allowed && v.Remaining == 0 && v.RetryAfter > 0 && h.Limit.Capacity() >= 1
+	return h.Cost == 1 && h.Limit.Charge != algorithm.ChargeAlways && !v.Allowed && v.Remaining == 0 &&
+		v.RetryAfter > 0 && h.Limit.Capacity() >= 1
 }
 
 // repeated reports whether the key of hit i occurs twice in buf.

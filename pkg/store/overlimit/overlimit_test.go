@@ -355,3 +355,71 @@ func TestVectors(t *testing.T) {
 		})
 	})
 }
+
+// TestAlwaysChargedReachesStore: a counter cached as over its limit still
+// receives every always-charged hit, alone or batched with a hit the cache
+// answers, and the store counts its cost.
+func TestAlwaysChargedReachesStore(t *testing.T) {
+	for _, l := range limits {
+		t.Run(l.Kind.String(), func(t *testing.T) {
+			clock := storetest.NewClock(start)
+			be := memoryBackend(t, clock)
+			c, err := overlimit.New(be.next, overlimit.Options{MaxBytes: 1 << 20, Now: clock.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			always := l
+			always.Charge = algorithm.ChargeAlways
+			apply := func(hits ...store.Hit) ([]algorithm.Verdict, int64) {
+				t.Helper()
+				v := make([]algorithm.Verdict, len(hits))
+				before := be.calls()
+				if err := c.Apply(ctx, hits, v); err != nil {
+					t.Fatalf("Apply: %v", err)
+				}
+				return v, be.calls() - before
+			}
+			// Fill the counter to its capacity, then a rejection is cached.
+			if v, _ := apply(hit(l, "a", l.Capacity())); !v[0].Allowed {
+				t.Fatalf("filling: %+v", v[0])
+			}
+			if v, asked := apply(hit(l, "a", 1)); v[0].Allowed || asked != 1 {
+				t.Fatalf("first rejection: %+v, asked %d", v[0], asked)
+			}
+			if _, asked := apply(hit(l, "a", 1)); asked != 0 {
+				t.Fatalf("the rejection was not cached: asked %d", asked)
+			}
+			// Two always-charged hits of cost 1 reach the store, one alone
+			// and one batched with the cached counter's admitted hit.
+			for _, hits := range [][]store.Hit{
+				{hit(always, "a", 1)},
+				{hit(l, "a", 1), hit(always, "a", 1)},
+			} {
+				if v, asked := apply(hits...); asked != 1 || v[len(v)-1].Allowed {
+					t.Fatalf("always-charged hit: %+v, asked %d; want the store asked once and a rejection", v, asked)
+				}
+			}
+			// The counter holds capacity+2 (a sliding-window log keeps
+			// capacity+1 entries): refunds of that much past it leave it
+			// exactly at its limit, where an always-charged check passes,
+			// and not one fewer.
+			past := int64(2)
+			if l.Kind == algorithm.SlidingWindowLog {
+				past = 1
+			}
+			check := hit(always, "a", 0)
+			for i := range past {
+				if v, _ := apply(check); v[0].Allowed {
+					t.Fatalf("check %d past the limit admitted: %+v; an always-charged hit was lost", past-i, v[0])
+				}
+				if v, _ := apply(hit(l, "a", -1)); !v[0].Allowed {
+					t.Fatalf("refund: %+v", v[0])
+				}
+			}
+			if v, _ := apply(check); !v[0].Allowed {
+				t.Fatalf("check at the limit rejected: %+v", v[0])
+			}
+		})
+	}
+}
