@@ -409,17 +409,28 @@ func TestHealth(t *testing.T) {
 }
 
 func BenchmarkShouldRateLimit(b *testing.B) {
-	s := New(Options{Limiter: newLimiter(b)})
-	req := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{
-		{Entries: entries("bench=client-1")},
-	}}
-	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		resp, err := s.ShouldRateLimit(ctx, req)
-		if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
-			b.Fatalf("ShouldRateLimit = %v, %v", resp, err)
-		}
+	cases := []struct {
+		name  string
+		descs []*ratelimitv3.RateLimitDescriptor
+	}{
+		{"one descriptor", []*ratelimitv3.RateLimitDescriptor{{Entries: entries("bench=client-1")}}},
+		{"three descriptors", []*ratelimitv3.RateLimitDescriptor{
+			{Entries: entries("bench=client-1")}, {Entries: entries("bench=client-2")}, {Entries: entries("other=o")},
+		}},
+	}
+	for _, bc := range cases {
+		b.Run(bc.name, func(b *testing.B) {
+			s := New(Options{Limiter: newLimiter(b)})
+			req := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: bc.descs}
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				resp, err := s.ShouldRateLimit(ctx, req)
+				if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+					b.Fatalf("ShouldRateLimit = %v, %v", resp, err)
+				}
+			}
+		})
 	}
 }
 
