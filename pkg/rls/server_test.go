@@ -143,7 +143,7 @@ func TestShouldRateLimitInvalid(t *testing.T) {
 }
 
 func TestShouldRateLimitAnswers(t *testing.T) {
-	conn := serve(t, New(Options{Limiter: newLimiter(t)}))
+	conn := serve(t, New(Options{Limiter: newLimiter(t), OmitDecisionMetadata: true}))
 	client := rlsv3.NewRateLimitServiceClient(conn)
 	ctx := context.Background()
 	perKey := &rlsv3.RateLimitResponse_RateLimit{Name: "per_key", RequestsPerUnit: 2, Unit: rlsv3.RateLimitResponse_RateLimit_MINUTE}
@@ -451,7 +451,7 @@ func TestToProtoMany(t *testing.T) {
 		Headers: headers,
 		Body:    []byte(`{"code":429}`),
 	}
-	s := New(Options{Limiter: checkerFunc(func(context.Context, *limiter.Request) (*limiter.Response, error) { return answer, nil })})
+	s := New(Options{Limiter: checkerFunc(func(context.Context, *limiter.Request) (*limiter.Response, error) { return answer, nil }), OmitDecisionMetadata: true})
 	req := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a=1"), desc("b=1"), desc("c=1"), desc("d=1")}}
 	got, err := s.ShouldRateLimit(context.Background(), req)
 	if err != nil {
