@@ -32,15 +32,15 @@ import (
 //	             limits), in request order, the first value of a key
 //	             winning; absent when empty
 //
-// tollgate's own (on unless Options.OmitDecisionMetadata), under DecisionKey:
+// tollgate's own (on unless Options.OmitDecisionMetadata), under DecisionKey,
+// a list with one Struct per request descriptor, in order, for at most the
+// first MaxDecisionDescriptors:
 //
-//	tollgate: {
-//	  descriptors: [            one per request descriptor, in order, at most MaxDecisionDescriptors
-//	    {rule: "per_key", code: "OVER_LIMIT", remaining: 0},
-//	    {code: "OK"},           a descriptor no rule decided (no match, an override, replaced)
-//	  ],
-//	  truncated: 3              how many descriptors were left out; absent when none
-//	}
+//	tollgate: [
+//	  {rule: "per_key", code: "OVER_LIMIT", remaining: 0},
+//	  {code: "OK"},             a descriptor no rule decided (no match, replaced)
+//	  {code: "OK", remaining: 6},  an Envoy override decided
+//	]
 //
 // rule is the name of the limit reported as the descriptor's current_limit,
 // or, when it has none, the rule's path in the tree (such as
@@ -53,7 +53,7 @@ import (
 const DecisionKey = "tollgate"
 
 // MaxDecisionDescriptors bounds the descriptors described under
-// DecisionKey; the others are only counted.
+// DecisionKey: those after the first MaxDecisionDescriptors are left out.
 const MaxDecisionDescriptors = 16
 
 // MaxDecisionRuleLen bounds the bytes of a rule name or path under
@@ -72,36 +72,27 @@ func (s *Server) dynamicMetadata(req *rlsv3.RateLimitRequest, r *limiter.Respons
 	if !s.ratelimitMetadata && s.omitDecisions {
 		return nil
 	}
-	n := 0
-	if s.ratelimitMetadata {
-		n += 4
-	}
-	if !s.omitDecisions {
-		n++
-	}
-	root := &structpb.Struct{Fields: make(map[string]*structpb.Value, n)}
-	if s.ratelimitMetadata {
+	if s.omitDecisions {
+		root := &structpb.Struct{Fields: make(map[string]*structpb.Value, 4)}
 		addRatelimitMetadata(root.Fields, req, r)
+		return root
 	}
-	if !s.omitDecisions {
-		root.Fields[DecisionKey] = decisions(r.Statuses)
+	b := newDecisions(r.Statuses)
+	if s.ratelimitMetadata {
+		addRatelimitMetadata(b.root.Fields, req, r)
 	}
-	return root
+	return &b.root
 }
 
-// decisionRoot holds the values of DecisionKey that every answer has,
-// allocated at once, with room for one descriptor's pointer.
-type decisionRoot struct {
-	value     structpb.Value
-	structV   structpb.Value_StructValue
-	st        structpb.Struct
-	list      structpb.Value
-	listV     structpb.Value_ListValue
-	lv        structpb.ListValue
-	ptrs      [1]*structpb.Value
-	one       [1]decision
-	truncated structpb.Value
-	truncV    structpb.Value_NumberValue
+// decisionBlock holds the values of the metadata that every answer has,
+// allocated at once, with room for one descriptor.
+type decisionBlock struct {
+	root  structpb.Struct
+	list  structpb.Value
+	listV structpb.Value_ListValue
+	lv    structpb.ListValue
+	ptrs  [1]*structpb.Value
+	one   [1]decision
 }
 
 // decision holds the values describing one descriptor, allocated together
@@ -118,24 +109,18 @@ type decision struct {
 	remV      structpb.Value_NumberValue
 }
 
-// decisions returns the value of DecisionKey for statuses.
-func decisions(statuses []limiter.Status) *structpb.Value {
+// newDecisions returns a block whose root holds DecisionKey for statuses,
+// with room for envoyproxy/ratelimit's keys beside it.
+func newDecisions(statuses []limiter.Status) *decisionBlock {
 	n := min(len(statuses), MaxDecisionDescriptors)
-	root := new(decisionRoot)
-	fields := 1
-	if n < len(statuses) {
-		fields++
-	}
-	root.st.Fields = make(map[string]*structpb.Value, fields)
-	root.structV.StructValue = &root.st
-	root.value.Kind = &root.structV
-
+	b := new(decisionBlock)
+	b.root.Fields = make(map[string]*structpb.Value, 5)
 	var (
 		ptrs []*structpb.Value
 		ds   []decision
 	)
 	if n <= 1 {
-		ptrs, ds = root.ptrs[:n:n], root.one[:n:n]
+		ptrs, ds = b.ptrs[:n:n], b.one[:n:n]
 	} else {
 		ptrs, ds = make([]*structpb.Value, n), make([]decision, n)
 	}
@@ -171,16 +156,11 @@ func decisions(statuses []limiter.Status) *structpb.Value {
 		d.value.Kind = &d.structV
 		ptrs[i] = &d.value
 	}
-	root.lv.Values = ptrs
-	root.listV.ListValue = &root.lv
-	root.list.Kind = &root.listV
-	root.st.Fields["descriptors"] = &root.list
-	if n < len(statuses) {
-		root.truncV.NumberValue = float64(len(statuses) - n)
-		root.truncated.Kind = &root.truncV
-		root.st.Fields["truncated"] = &root.truncated
-	}
-	return &root.value
+	b.lv.Values = ptrs
+	b.listV.ListValue = &b.lv
+	b.list.Kind = &b.listV
+	b.root.Fields[DecisionKey] = &b.list
+	return b
 }
 
 // ruleName returns what names the rule that decided st: the name of its

@@ -53,25 +53,25 @@ func TestDecisionMetadata(t *testing.T) {
 			name:  "named limit, unnamed rule, unmatched",
 			descs: []*ratelimitv3.RateLimitDescriptor{desc("api_key=k"), desc("tier=gold"), desc("nope=n")},
 			calls: 1,
-			want: `{"tollgate": {"descriptors": [
+			want: `{"tollgate": [
 				{"rule": "per_key", "code": "OK", "remaining": 1},
 				{"rule": "tier", "code": "OK", "remaining": 9},
-				{"code": "OK"}]}}`,
+				{"code": "OK"}]}`,
 		},
 		{
 			name:  "over the limit",
 			descs: []*ratelimitv3.RateLimitDescriptor{desc("api_key=k")},
 			calls: 3,
-			want:  `{"tollgate": {"descriptors": [{"rule": "per_key", "code": "OVER_LIMIT", "remaining": 0}]}}`,
+			want:  `{"tollgate": [{"rule": "per_key", "code": "OVER_LIMIT", "remaining": 0}]}`,
 		},
 		{
 			name:  "deny list, unlimited, override",
 			descs: []*ratelimitv3.RateLimitDescriptor{desc("api_key=revoked_9"), desc("free=f"), {Entries: entries("api_key=k"), Limit: over}},
 			calls: 1,
-			want: `{"tollgate": {"descriptors": [
+			want: `{"tollgate": [
 				{"rule": "api_key=revoked_*", "code": "OVER_LIMIT", "remaining": 0},
 				{"rule": "free", "code": "OK", "remaining": 4294967295},
-				{"code": "OK", "remaining": 7}]}}`, // a deny list makes the other hits checks
+				{"code": "OK", "remaining": 7}]}`, // a deny list makes the other hits checks
 		},
 		{
 			name:  "off",
@@ -105,22 +105,13 @@ func TestDecisionMetadataBounds(t *testing.T) {
 	for i := range statuses {
 		statuses[i] = limiter.Status{Code: limiter.OK, Rule: long, Remaining: 1}
 	}
-	v := decisions(statuses)
-	descs := v.GetStructValue().GetFields()["descriptors"].GetListValue().GetValues()
+	descs := newDecisions(statuses).root.GetFields()[DecisionKey].GetListValue().GetValues()
 	if len(descs) != MaxDecisionDescriptors {
 		t.Fatalf("%d descriptors described, want %d", len(descs), MaxDecisionDescriptors)
-	}
-	if got := v.GetStructValue().GetFields()["truncated"].GetNumberValue(); got != 3 {
-		t.Errorf("truncated = %v, want 3", got)
 	}
 	rule := descs[0].GetStructValue().GetFields()["rule"].GetStringValue()
 	if want := "k=" + strings.Repeat("é", 63); rule != want {
 		t.Errorf("rule = %q (%d bytes), want %q", rule, len(rule), want)
-	}
-	// Within the bound nothing is cut or counted as left out.
-	v = decisions(statuses[:MaxDecisionDescriptors])
-	if _, ok := v.GetStructValue().GetFields()["truncated"]; ok {
-		t.Errorf("truncated set for %d descriptors", MaxDecisionDescriptors)
 	}
 }
 

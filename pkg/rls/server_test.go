@@ -409,18 +409,24 @@ func TestHealth(t *testing.T) {
 }
 
 func BenchmarkShouldRateLimit(b *testing.B) {
+	one := []*ratelimitv3.RateLimitDescriptor{{Entries: entries("bench=client-1")}}
 	cases := []struct {
 		name  string
+		opts  Options
 		descs []*ratelimitv3.RateLimitDescriptor
 	}{
-		{"one descriptor", []*ratelimitv3.RateLimitDescriptor{{Entries: entries("bench=client-1")}}},
-		{"three descriptors", []*ratelimitv3.RateLimitDescriptor{
+		{"one descriptor", Options{}, one},
+		{"three descriptors", Options{}, []*ratelimitv3.RateLimitDescriptor{
 			{Entries: entries("bench=client-1")}, {Entries: entries("bench=client-2")}, {Entries: entries("other=o")},
 		}},
+		{"one descriptor without metadata", Options{OmitDecisionMetadata: true}, one},
+		{"one descriptor with ratelimit's metadata", Options{ResponseDynamicMetadata: true}, one},
 	}
 	for _, bc := range cases {
 		b.Run(bc.name, func(b *testing.B) {
-			s := New(Options{Limiter: newLimiter(b)})
+			opts := bc.opts
+			opts.Limiter = newLimiter(b)
+			s := New(opts)
 			req := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: bc.descs}
 			ctx := context.Background()
 			b.ReportAllocs()
