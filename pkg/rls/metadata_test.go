@@ -172,3 +172,36 @@ func TestRatelimitMetadata(t *testing.T) {
 	}
 	assertMetadata(t, resp.GetDynamicMetadata(), `{"domain": "api", "descriptors": [{"entries": ["o=1"]}]}`)
 }
+
+// BenchmarkShouldRateLimitWire measures an answer as gRPC sends it,
+// marshalled, with each part of the dynamic metadata, so that their cost
+// compares within one run.
+func BenchmarkShouldRateLimitWire(b *testing.B) {
+	cases := []struct {
+		name string
+		opts Options
+	}{
+		{"no metadata", Options{OmitDecisionMetadata: true}},
+		{"decisions", Options{}},
+		{"decisions and ratelimit's", Options{ResponseDynamicMetadata: true}},
+	}
+	req := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("bench=client-1")}}
+	for _, bc := range cases {
+		b.Run(bc.name, func(b *testing.B) {
+			opts := bc.opts
+			opts.Limiter = newLimiter(b)
+			s := New(opts)
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				resp, err := s.ShouldRateLimit(ctx, req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := proto.Marshal(resp); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
