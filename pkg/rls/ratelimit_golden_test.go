@@ -63,6 +63,9 @@ func metaSteps() []metaStep {
 	withHits := func(n uint32, req *rlsv3.RateLimitRequest) *rlsv3.RateLimitRequest { req.HitsAddend = n; return req }
 	override := d("plain=o")
 	override.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 42, Unit: typev3.RateLimitUnit_HOUR}
+	multiplied := d("plain=m")
+	multiplied.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{
+		RequestsPerUnit: 42, Unit: typev3.RateLimitUnit_MINUTE, UnitMultiplier: wrapperspb.UInt32(5)}
 	return []metaStep{
 		{"one limit with metadata", r(d("api_key=k1"))},
 		{"nested descriptor, first value of a key wins", r(d("api_key=k1", "endpoint=/search"), d("api_key=k2"))},
@@ -79,6 +82,7 @@ func metaSteps() []metaStep {
 		{"value_to_metric on a wildcard", r(d("wild=w1"))},
 		{"replaced limit", r(d("base=b"), d("premium=p"))},
 		{"limit override", r(override)},
+		{"limit override with a unit multiplier", r(multiplied)},
 		{"no rule, empty value", r(d("nothing=n", "empty="))},
 		{"no metadata at all", r(d("plain=p2"))},
 		{"unknown domain", &rlsv3.RateLimitRequest{Domain: "elsewhere", Descriptors: []*ratelimitv3.RateLimitDescriptor{d("api_key=k1")}}},
@@ -101,6 +105,10 @@ var metaDifferences = map[string]string{
 	// value differs from the rule's; tollgate keeps it.
 	"detailed metric":               `{"domain": "meta", "descriptors": [{"entries": ["detailed=x"]}], "metadata": {"kind": "detailed"}}`,
 	"value_to_metric on a wildcard": `{"domain": "meta", "descriptors": [{"entries": ["wild=w1"]}], "metadata": {"kind": "wild"}}`,
+	// envoyproxy/ratelimit's protos predate the override's unit_multiplier
+	// and print it as an unknown field, 3:"\x08\x05"; tollgate names it.
+	"limit override with a unit multiplier": `{"domain": "meta",
+		"descriptors": [{"entries": ["plain=m"], "limit": "requests_per_unit:42 unit:MINUTE unit_multiplier:{value:5}"}]}`,
 }
 
 // metaAnswer is what the golden file records of one answer.
