@@ -145,7 +145,10 @@ func (a *App) build(ctx context.Context) error {
 		return err
 	}
 
-	a.rls = rls.New(rls.Options{Limiter: lim, Logger: a.logger, TracerProvider: tracer})
+	a.rls = rls.New(rls.Options{
+		Limiter: lim, Logger: a.logger, TracerProvider: tracer,
+		ResponseDynamicMetadata: s.ResponseDynamicMetadata, OmitDecisionMetadata: !s.DecisionMetadata,
+	})
 	grpcOpts := []grpc.ServerOption{
 		// Serve calls on long-lived workers rather than a goroutine per
 		// call: a fresh goroutine grows its stack on every call, which

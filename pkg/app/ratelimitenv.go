@@ -115,6 +115,8 @@ func ratelimitVars() []ratelimitVar {
 		{Name: "LIMIT_REMAINING_HEADER", Trigger: true, Note: "read with `LIMIT_RESPONSE_HEADERS_ENABLED`: only its default name is possible, else one warning"},
 		{Name: "LIMIT_RESET_HEADER", Trigger: true, Note: "read with `LIMIT_RESPONSE_HEADERS_ENABLED`: only its default name is possible, else one warning"},
 		{Name: "SHADOW_MODE", Setting: "shadow-mode", Trigger: true, Apply: applyBool("shadow-mode"), Note: "`shadow-mode`"},
+		{Name: "RESPONSE_DYNAMIC_METADATA", Setting: "response-dynamic-metadata", Trigger: true, Apply: applyBool("response-dynamic-metadata"),
+			Note: "`response-dynamic-metadata`: the same domain, descriptors, hitsAddend and metadata in the answer's dynamic metadata; tollgate's own key `tollgate` is there too unless `decision-metadata` is false"},
 		{Name: "MERGE_DOMAIN_CONFIG", Trigger: true, Apply: applyWarnUnlessFalse("tollgate rejects a domain defined in two files"),
 			Note: "one warning when true: a domain must be defined in one file"},
 		{Name: "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", Trigger: true, Apply: applyWarnUnlessFalse("tollgate is ready once its first configuration has loaded"),

@@ -224,6 +224,17 @@ func TestRatelimitEnv(t *testing.T) {
 			warnings: []string{"REDIS_PIPELINE_LIMIT: ignored: tollgate bounds a batch by --redis-batch-window alone"},
 		},
 		{
+			name:     "response dynamic metadata",
+			env:      map[string]string{"RUNTIME_ROOT": "/d", "RESPONSE_DYNAMIC_METADATA": "true"},
+			want:     asRatelimit(func(s *Settings) { s.ConfigDir, s.ResponseDynamicMetadata = "/d/config", true }),
+			honoured: "RUNTIME_ROOT,RESPONSE_DYNAMIC_METADATA",
+		},
+		{
+			name: "response dynamic metadata not a boolean",
+			env:  map[string]string{"RUNTIME_ROOT": "/d", "RESPONSE_DYNAMIC_METADATA": "yes please"},
+			err:  `envoyproxy/ratelimit environment: RESPONSE_DYNAMIC_METADATA: want true or false, got "yes please"`,
+		},
+		{
 			name:     "pipeline window",
 			env:      map[string]string{"RUNTIME_ROOT": "/d", "REDIS_PIPELINE_WINDOW": "150us"},
 			want:     asRatelimit(func(s *Settings) { s.ConfigDir, s.RedisBatchWindow = "/d/config", 150*time.Microsecond }),

@@ -36,6 +36,11 @@ type Settings struct {
 	LogLevel         string `mapstructure:"log-level"`
 	LogFormat        string `mapstructure:"log-format"`
 
+	// ResponseDynamicMetadata and DecisionMetadata choose the parts of every
+	// answer's dynamic_metadata (rls.Options).
+	ResponseDynamicMetadata bool `mapstructure:"response-dynamic-metadata"`
+	DecisionMetadata        bool `mapstructure:"decision-metadata"`
+
 	TracingEndpoint     string        `mapstructure:"tracing-endpoint"`
 	TracingSampleRatio  float64       `mapstructure:"tracing-sample-ratio"`
 	TracingBatchTimeout time.Duration `mapstructure:"tracing-batch-timeout"`
@@ -110,6 +115,8 @@ func settingsFlags(fs *pflag.FlagSet) *pflag.FlagSet {
 	fs.String("default-algorithm", "token_bucket", "algorithm of rules that name none: token_bucket, fixed_window, sliding_window_counter, sliding_window_log")
 	fs.Bool("shadow-mode", false, "count and report, but never reject (global shadow mode)")
 	fs.String("response-headers", "xratelimit", "rate-limit response headers: none, draft03, xratelimit, ietf")
+	fs.Bool("response-dynamic-metadata", false, "add envoyproxy/ratelimit's dynamic metadata to every answer: domain, descriptors, hitsAddend and the passing rules' metadata")
+	fs.Bool("decision-metadata", true, "add the key \"tollgate\" to every answer's dynamic metadata: per descriptor the rule that decided it, its code and what remains")
 	fs.String("log-level", "info", "log level: debug, info, warn, error")
 	fs.String("log-format", "text", "log format: text, json")
 	fs.String("tracing-endpoint", "", "URL of the OTLP/gRPC receiver spans are exported to (http://host:4317 plaintext, https:// TLS); empty: as OTEL_EXPORTER_OTLP_ENDPOINT and OTEL_TRACES_EXPORTER say, else no tracing")

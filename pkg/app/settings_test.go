@@ -25,7 +25,15 @@ func TestSettingsPrecedence(t *testing.T) {
 			name: "defaults",
 			want: func(s Settings) string {
 				return expect(s.GRPCAddr == ":8081" && s.HTTPAddr == ":8080" && s.DebugAddr == "127.0.0.1:6070" &&
-					s.Store == "memory" && s.DefaultAlgorithm == "token_bucket" && s.ResponseHeaders == "xratelimit", s)
+					s.Store == "memory" && s.DefaultAlgorithm == "token_bucket" && s.ResponseHeaders == "xratelimit" &&
+					!s.ResponseDynamicMetadata && s.DecisionMetadata, s)
+			},
+		},
+		{
+			name: "dynamic metadata from the environment",
+			env:  map[string]string{"TOLLGATE_RESPONSE_DYNAMIC_METADATA": "true", "TOLLGATE_DECISION_METADATA": "false"},
+			want: func(s Settings) string {
+				return expect(s.ResponseDynamicMetadata && !s.DecisionMetadata, s)
 			},
 		},
 		{

@@ -195,6 +195,14 @@ type Status struct {
 	// RetryAfter is how long until the same hit would be admitted; zero
 	// unless Code is OverLimit.
 	RetryAfter time.Duration
+	// Rule is the rule that decided the descriptor: the matched rule whose
+	// limits were counted (or, the store failing, answered by its failure
+	// mode), or the unlimited, allow-list or deny-list rule that answered
+	// without counting. It is nil when no rule decided: the descriptor
+	// matched no rule or one without limits, an Envoy override decided it,
+	// or every limit of its rule was replaced. It points into the immutable
+	// tree: callers must not modify it.
+	Rule *descriptor.Rule
 }
 
 // Header is one response header.
@@ -535,6 +543,9 @@ func (l *Limiter) CheckInto(ctx context.Context, req *Request, resp *Response) (
 					quotaOver++
 				}
 			}
+		}
+		if st.kind != kindUnmatched && st.kind != kindReplaced && !st.override {
+			out.Rule = st.rule
 		}
 		if label == nil {
 			label = out.Limit

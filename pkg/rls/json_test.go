@@ -94,7 +94,7 @@ func TestJSONHandler(t *testing.T) {
 			if checker == nil {
 				checker = newLimiter(t)
 			}
-			h := http.MaxBytesHandler(New(Options{Limiter: checker}).JSONHandler(), 1024)
+			h := http.MaxBytesHandler(New(Options{Limiter: checker, OmitDecisionMetadata: true}).JSONHandler(), 1024)
 			method := tt.method
 			if method == "" {
 				method = http.MethodPost

@@ -79,6 +79,15 @@ type Options struct {
 	// the child of the W3C trace context (traceparent) that came with the
 	// call; nil means no spans at all, at no cost.
 	TracerProvider trace.TracerProvider
+	// ResponseDynamicMetadata adds to every answer's dynamic_metadata what
+	// envoyproxy/ratelimit adds with RESPONSE_DYNAMIC_METADATA=true: the
+	// domain, the descriptors, hitsAddend and the merged metadata of the
+	// rules that passed (see metadata.go).
+	ResponseDynamicMetadata bool
+	// OmitDecisionMetadata leaves out of dynamic_metadata tollgate's own
+	// key, DecisionKey, which says per descriptor which rule decided it,
+	// its code and what remains.
+	OmitDecisionMetadata bool
 }
 
 // Server implements rlsv3.RateLimitServiceServer.
@@ -91,6 +100,9 @@ type Server struct {
 	tracer  trace.Tracer // nil: no spans
 	health  *health.Server
 	pool    sync.Pool // *scratch
+
+	ratelimitMetadata bool // Options.ResponseDynamicMetadata
+	omitDecisions     bool // Options.OmitDecisionMetadata
 }
 
 var _ rlsv3.RateLimitServiceServer = (*Server)(nil)
@@ -102,6 +114,9 @@ func New(opts Options) *Server {
 		limiter: opts.Limiter,
 		log:     opts.Logger,
 		health:  health.NewServer(),
+
+		ratelimitMetadata: opts.ResponseDynamicMetadata,
+		omitDecisions:     opts.OmitDecisionMetadata,
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -198,7 +213,9 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if err != nil {
 		return nil, s.grpcError(ctx, err)
 	}
-	return toProto(lresp), nil
+	resp = toProto(lresp)
+	resp.DynamicMetadata = s.dynamicMetadata(req, lresp)
+	return resp, nil
 }
 
 // grpcError maps an engine error to a gRPC status.

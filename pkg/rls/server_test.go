@@ -143,7 +143,7 @@ func TestShouldRateLimitInvalid(t *testing.T) {
 }
 
 func TestShouldRateLimitAnswers(t *testing.T) {
-	conn := serve(t, New(Options{Limiter: newLimiter(t)}))
+	conn := serve(t, New(Options{Limiter: newLimiter(t), OmitDecisionMetadata: true}))
 	client := rlsv3.NewRateLimitServiceClient(conn)
 	ctx := context.Background()
 	perKey := &rlsv3.RateLimitResponse_RateLimit{Name: "per_key", RequestsPerUnit: 2, Unit: rlsv3.RateLimitResponse_RateLimit_MINUTE}
@@ -409,17 +409,34 @@ func TestHealth(t *testing.T) {
 }
 
 func BenchmarkShouldRateLimit(b *testing.B) {
-	s := New(Options{Limiter: newLimiter(b)})
-	req := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{
-		{Entries: entries("bench=client-1")},
-	}}
-	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		resp, err := s.ShouldRateLimit(ctx, req)
-		if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
-			b.Fatalf("ShouldRateLimit = %v, %v", resp, err)
-		}
+	one := []*ratelimitv3.RateLimitDescriptor{{Entries: entries("bench=client-1")}}
+	cases := []struct {
+		name  string
+		opts  Options
+		descs []*ratelimitv3.RateLimitDescriptor
+	}{
+		{"one descriptor", Options{}, one},
+		{"three descriptors", Options{}, []*ratelimitv3.RateLimitDescriptor{
+			{Entries: entries("bench=client-1")}, {Entries: entries("bench=client-2")}, {Entries: entries("other=o")},
+		}},
+		{"one descriptor without metadata", Options{OmitDecisionMetadata: true}, one},
+		{"one descriptor with ratelimit's metadata", Options{ResponseDynamicMetadata: true}, one},
+	}
+	for _, bc := range cases {
+		b.Run(bc.name, func(b *testing.B) {
+			opts := bc.opts
+			opts.Limiter = newLimiter(b)
+			s := New(opts)
+			req := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: bc.descs}
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				resp, err := s.ShouldRateLimit(ctx, req)
+				if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+					b.Fatalf("ShouldRateLimit = %v, %v", resp, err)
+				}
+			}
+		})
 	}
 }
 
@@ -440,7 +457,7 @@ func TestToProtoMany(t *testing.T) {
 		Headers: headers,
 		Body:    []byte(`{"code":429}`),
 	}
-	s := New(Options{Limiter: checkerFunc(func(context.Context, *limiter.Request) (*limiter.Response, error) { return answer, nil })})
+	s := New(Options{Limiter: checkerFunc(func(context.Context, *limiter.Request) (*limiter.Response, error) { return answer, nil }), OmitDecisionMetadata: true})
 	req := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a=1"), desc("b=1"), desc("c=1"), desc("d=1")}}
 	got, err := s.ShouldRateLimit(context.Background(), req)
 	if err != nil {
