@@ -629,6 +629,9 @@ func (l *Limiter) resolve(s *scratch, dom *descriptor.Domain, req *Request, mark
 				}
 				charge = rule.Limits[0].Charge
 			}
+			if st.always {
+				charge = algorithm.ChargeAlways
+			}
 			// The override's Status.Limit points into this slice, so it
 			// outlives the pooled scratch.
 			st.limits = []descriptor.Limit{{
