@@ -372,8 +372,8 @@ const (
 type descState struct {
 	kind     kind
 	rule     *descriptor.Rule
-	entries  []descriptor.Entry // the request's entries without a ChargeKey entry
 	always   bool               // a ChargeKey entry charges every hit always
+	plain    []descriptor.Entry // when always, the entries without ChargeKey
 	charged  bool               // some hit is charged always
 	limits   []descriptor.Limit // the rule's limits, or the one override
 	override bool
@@ -605,11 +605,14 @@ func (l *Limiter) resolve(s *scratch, dom *descriptor.Domain, req *Request, mark
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
 		st := &s.descs[i]
-		*st = descState{entries: d.Entries}
+		*st = descState{}
+		entries := d.Entries
 		if marked {
-			st.entries, st.always = s.unmark(d.Entries)
+			if st.plain, st.always = s.unmark(d.Entries); st.always {
+				entries = st.plain
+			}
 		}
-		rule := dom.Match(st.entries)
+		rule := dom.Match(entries)
 		st.rule = rule
 		switch {
 		case rule != nil && rule.Action == descriptor.ActionDeny:
@@ -660,8 +663,8 @@ func (l *Limiter) resolve(s *scratch, dom *descriptor.Domain, req *Request, mark
 }
 
 // unmark returns entries without their ChargeKey entries, copied into
-// s.plain when there are any, and whether there were any. bounds.validate
-// has checked their values.
+// s.plain, and true; or nil and false when entries have none.
+// bounds.validate has checked their values.
 func (s *scratch) unmark(entries []descriptor.Entry) ([]descriptor.Entry, bool) {
 	at := -1
 	for j := range entries {
@@ -671,7 +674,7 @@ func (s *scratch) unmark(entries []descriptor.Entry) ([]descriptor.Entry, bool) 
 		}
 	}
 	if at < 0 {
-		return entries, false
+		return nil, false
 	}
 	first := len(s.plain)
 	s.plain = append(s.plain, entries[:at]...)
@@ -734,7 +737,11 @@ func (l *Limiter) buildHits(s *scratch, dom *descriptor.Domain, req *Request) {
 		// pattern in place of the value where the rule sets one. An
 		// override counts the request's own entries.
 		first := len(s.entries)
-		for j, e := range st.entries {
+		plain := d.Entries
+		if st.always {
+			plain = st.plain
+		}
+		for j, e := range plain {
 			v := e.Value
 			if !st.override && st.rule != nil && j < len(st.rule.Shared) && st.rule.Shared[j] != "" {
 				v = st.rule.Shared[j]
@@ -766,24 +773,20 @@ func (l *Limiter) buildHits(s *scratch, dom *descriptor.Domain, req *Request) {
 			if anyReplaces && !st.override && s.replaced(st.rule, lim) {
 				continue
 			}
-			h := store.Hit{
+			s.hits = append(s.hits, store.Hit{
 				Domain:  req.Domain,
 				Entries: entries,
 				Shard:   shard,
 				Limit:   lim.Algo(),
 				Cost:    cost,
 				Soft:    st.shadow || st.quota,
-			}
-			if st.always {
+			})
+			if h := &s.hits[len(s.hits)-1]; st.always || h.Limit.Charge == algorithm.ChargeAlways {
 				h.Limit.Charge = algorithm.ChargeAlways
-			}
-			if h.Limit.Charge == algorithm.ChargeAlways {
 				st.charged = true
-			}
-			if denied && h.Limit.Charge != algorithm.ChargeAlways {
+			} else if denied {
 				h.Cost = min(h.Cost, 0)
 			}
-			s.hits = append(s.hits, h)
 			s.limits = append(s.limits, lim)
 		}
 		st.nHits = len(s.hits) - st.firstHit
