@@ -153,6 +153,9 @@ type Request struct {
 
 // Descriptor is one descriptor of a Request.
 type Descriptor struct {
+	// Entries are matched against the rules in order. An entry with key
+	// ChargeKey is not matched or counted: it charges the descriptor's
+	// hits always.
 	Entries []descriptor.Entry
 	// Hits is the descriptor-level hits_addend. It applies only when
 	// HasHits is set, and then wins over Request.Hits; HasHits with Hits 0
