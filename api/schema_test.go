@@ -199,6 +199,7 @@ var goldenClasses = []struct {
 	{"unknown field", true},
 	{"unknown unit", true},
 	{"unknown algorithm", true},
+	{"unknown charge", true},
 	{"unknown action", true},
 	{"unknown failure mode", true},
 	{"want a ", true},
@@ -342,12 +343,12 @@ func TestSchemaRules(t *testing.T) {
 			"    metadata: {team: search, 1: 2, empty: null}\n" +
 			"    rate_limit: {name: n, unit: second, requests_per_unit: 0, replaces: [{name: m}]}\n" +
 			"    descriptors:\n      - key: b\n        value: 200\n        rate_limit: {name: m, unlimited: true}\n", ""},
-		{"every extension", "domain: d\nshard_by: a\ndefaults: {algorithm: Fixed_Window, failure_mode: LOCAL, burst: 3}\n" +
+		{"every extension", "domain: d\nshard_by: a\ndefaults: {algorithm: Fixed_Window, failure_mode: LOCAL, burst: 3, charge: Always}\n" +
 			"descriptors:\n  - key: a\n    value: x\n    action: ALLOW\n    failure_mode: closed\n" +
 			"  - key: a\n    failure_mode: open\n    rate_limits:\n" +
 			"      - {unit: second, requests_per_unit: 10, algorithm: token_bucket, burst: 20}\n" +
 			"      - {unit: minute, requests_per_unit: 10, unit_multiplier: 5, algorithm: sliding_window_counter}\n" +
-			"      - {unit: hour, requests_per_unit: 10000, algorithm: SLIDING_WINDOW_LOG}\n", ""},
+			"      - {unit: hour, requests_per_unit: 10000, algorithm: SLIDING_WINDOW_LOG, charge: admitted}\n", ""},
 		{"nulls read as unset", head + "    value: null\n    action: null\n    failure_mode: null\n" +
 			"    shadow_mode: null\n    metadata: null\n    descriptors: null\n" +
 			"    rate_limit: {unit: second, requests_per_unit: 1, name: null, algorithm: null, unlimited: null, replaces: null}\n", ""},
@@ -363,6 +364,9 @@ func TestSchemaRules(t *testing.T) {
 		{"unit null", limit("unit: null, requests_per_unit: 1"), "/descriptors/0/rate_limit/unit type"},
 		{"bad algorithm", limit("unit: second, requests_per_unit: 1, algorithm: leaky_bucket"), "/descriptors/0/rate_limit/algorithm pattern"},
 		{"bad default algorithm", "domain: d\ndefaults: {algorithm: gcra}\n", "/defaults/algorithm pattern"},
+		{"bad charge", limit("unit: second, requests_per_unit: 1, charge: sometimes"), "/descriptors/0/rate_limit/charge pattern"},
+		{"bad default charge", "domain: d\ndefaults: {charge: never}\n", "/defaults/charge pattern"},
+		{"charge on unlimited", limit("unlimited: true, charge: always"), "/descriptors/0/rate_limit/charge FalseSchema"},
 		{"bad action", head + "    action: block\n", "/descriptors/0/action pattern"},
 		{"bad failure mode", head + "    failure_mode: ajar\n    action: deny\n", "/descriptors/0/failure_mode pattern"},
 		{"quoted true", head + "    shadow_mode: \"true\"\n", "/descriptors/0/shadow_mode enum"},

@@ -71,7 +71,8 @@ func startFromEnv(t *testing.T, env map[string]string) *logtest.Buffer {
 // TestServesRatelimitEnvironment starts tollgate with nothing but the
 // environment Envoy Gateway's Helm chart gives envoyproxy/ratelimit, and
 // checks that it serves the runtime directory's rules on those ports,
-// counts in the Redis of REDIS_URL, and counts in fixed windows.
+// counts in the Redis of REDIS_URL, and counts in fixed windows, charged
+// always.
 func TestServesRatelimitEnvironment(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	root := runtimeRoot(t)
@@ -155,7 +156,7 @@ func TestServesRatelimitEnvironment(t *testing.T) {
 	got := logs.String()
 	for _, want := range []string{
 		`msg="envoyproxy/ratelimit environment honoured" variables=RUNTIME_ROOT,RUNTIME_SUBDIRECTORY,RUNTIME_WATCH_ROOT,RUNTIME_IGNOREDOTFILES,HOST,PORT,GRPC_HOST,GRPC_PORT,DEBUG_HOST,DEBUG_PORT,LOG_LEVEL,REDIS_URL,REDIS_SOCKET_TYPE,USE_STATSD`,
-		`msg="envoyproxy/ratelimit environment: default algorithm fixed_window, as envoyproxy/ratelimit counts"`,
+		`msg="envoyproxy/ratelimit environment: default algorithm fixed_window, default charge always, as envoyproxy/ratelimit counts"`,
 		`msg="envoyproxy/ratelimit environment: response headers none, as envoyproxy/ratelimit sends none without LIMIT_RESPONSE_HEADERS_ENABLED"`,
 		"counting in redis",
 	} {

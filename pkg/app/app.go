@@ -124,6 +124,7 @@ func (a *App) build(ctx context.Context) error {
 		HeaderStyle:        style,
 		ShadowMode:         s.ShadowMode,
 		DefaultAlgorithm:   treeOpts.DefaultAlgorithm,
+		DefaultCharge:      treeOpts.DefaultCharge,
 		DefaultFailureMode: treeOpts.DefaultFailureMode,
 		MaxDescriptors:     s.MaxDescriptors,
 		MaxEntries:         s.MaxEntries,

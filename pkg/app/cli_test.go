@@ -185,3 +185,29 @@ func TestCheckJudgesAsServe(t *testing.T) {
 		})
 	}
 }
+
+// TestExplainShowsCharge checks that explain names a limit's charge when
+// it is always, and that it takes the default charge serve would.
+func TestExplainShowsCharge(t *testing.T) {
+	args := []string{"explain", "../../config-examples", "--domain", "tiers", "--descriptor", "tier=free,api_key=k"}
+	tests := []struct {
+		name  string
+		extra []string
+		env   map[string]string
+		want  string
+	}{
+		{name: "default", want: "100 per minute, token_bucket\n"},
+		{name: "flag", extra: []string{"--default-charge", "always"}, want: "100 per minute, token_bucket, charge always\n"},
+		{name: "environment", env: map[string]string{"TOLLGATE_DEFAULT_CHARGE": "always"}, want: "100 per minute, token_bucket, charge always\n"},
+		{name: "xds", env: map[string]string{"TOLLGATE_CONFIG_TYPE": "xds"}, want: "100 per minute, token_bucket, charge always\n"},
+		{name: "ratelimit's environment", env: map[string]string{"RUNTIME_ROOT": "/srv"}, want: "100 per minute, fixed_window, charge always\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, errOut := runEnv(context.Background(), tt.env, append(args, tt.extra...)...)
+			if code != 0 || !strings.HasSuffix(out, tt.want) {
+				t.Errorf("exit %d, stdout ending %q:\n%s\nstderr: %s", code, tt.want, out, errOut)
+			}
+		})
+	}
+}

@@ -37,11 +37,14 @@ func httpGet(t *testing.T, url string) string {
 	return string(body)
 }
 
-// lintConfig allows 3 hits a minute per key k and denies key blocked.
+// lintConfig allows 3 hits a minute per key k, charges 1 a minute per
+// key report always, and denies key blocked.
 const lintConfig = `domain: lint
 descriptors:
   - key: k
     rate_limit: {unit: minute, requests_per_unit: 3, name: per_key}
+  - key: report
+    rate_limit: {unit: minute, requests_per_unit: 1, charge: always, name: per_report}
   - key: blocked
     action: deny
 `
@@ -63,11 +66,17 @@ func TestMetricsLint(t *testing.T) {
 		// fail, if not nil, breaks the store before one more decision, so
 		// that the error series appear too.
 		fail func()
-		want []string // series the scrape must hold, beyond the decisions
+		// reports, if set, sends two always-charged reports of one hit to
+		// a limit of one, so that the second is charged past the limit.
+		reports bool
+		want    []string // series the scrape must hold, beyond the decisions
 		// wantRE are patterns of more series the scrape must hold.
 		wantRE []string
 	}{
-		{name: "memory", want: []string{"tollgate_check_duration_seconds_count 6"}},
+		{name: "memory", reports: true, want: []string{
+			"tollgate_check_duration_seconds_count 8",
+			`tollgate_charged_past_limit_hits_total{domain="lint",limit="per_report",rule="report"} 1`,
+		}},
 		{
 			name: "redis",
 			tweak: func(t *testing.T, s *Settings) {
@@ -124,6 +133,10 @@ func TestMetricsLint(t *testing.T) {
 			}
 			for _, d := range []string{"k=a", "k=a", "k=a", "k=a", "k=a", "blocked=x"} {
 				decide(d)
+			}
+			if tt.reports {
+				decide("report=r")
+				decide("report=r")
 			}
 			if tt.fail != nil {
 				tt.fail()

@@ -197,20 +197,36 @@ type ratelimitEnvReport struct {
 	Warnings []string
 	// FixedWindow is whether the default algorithm became fixed_window.
 	FixedWindow bool
+	// ChargeAlways is whether the default charge became always: in
+	// envoyproxy/ratelimit's environment, or (XDS) with rules over xDS.
+	ChargeAlways, XDS bool
 	// NoHeaders is whether response-headers became none because
 	// LIMIT_RESPONSE_HEADERS_ENABLED was unset.
 	NoHeaders bool
 }
 
 // log writes the report: nothing unless the environment was
-// envoyproxy/ratelimit's.
+// envoyproxy/ratelimit's or the rules come over xDS.
 func (r ratelimitEnvReport) log(logger *slog.Logger) {
-	if !r.Active || logger == nil {
+	if logger == nil {
+		return
+	}
+	if !r.Active {
+		if r.ChargeAlways {
+			logger.Info("rules over xDS: default charge always, as envoyproxy/ratelimit counts (--default-charge admitted opts out)")
+		}
 		return
 	}
 	logger.Info("envoyproxy/ratelimit environment honoured", "variables", strings.Join(r.Honoured, ","))
+	var defaults []string
 	if r.FixedWindow {
-		logger.Info("envoyproxy/ratelimit environment: default algorithm fixed_window, as envoyproxy/ratelimit counts")
+		defaults = append(defaults, "default algorithm fixed_window")
+	}
+	if r.ChargeAlways {
+		defaults = append(defaults, "default charge always")
+	}
+	if len(defaults) > 0 {
+		logger.Info("envoyproxy/ratelimit environment: " + strings.Join(defaults, ", ") + ", as envoyproxy/ratelimit counts")
 	}
 	if r.NoHeaders {
 		logger.Info("envoyproxy/ratelimit environment: response headers none, as envoyproxy/ratelimit sends none without LIMIT_RESPONSE_HEADERS_ENABLED")
@@ -297,6 +313,10 @@ func applyRatelimitEnv(v *viper.Viper, getenv func(string) string) (ratelimitEnv
 	if !m.own["default-algorithm"] {
 		v.Set("default-algorithm", "fixed_window")
 		report.FixedWindow = true
+	}
+	if !m.own["default-charge"] {
+		v.Set("default-charge", "always")
+		report.ChargeAlways = true
 	}
 	return report, errors.Join(m.errs...)
 }

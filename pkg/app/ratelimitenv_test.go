@@ -31,11 +31,12 @@ func TestRatelimitEnv(t *testing.T) {
 	tlsfilestest.WriteFile(t, caFile, ca.PEM)
 	certFile, keyFile := ca.Client(t, tlsfilestest.Names{DNS: []string{"tollgate"}}).Write(t, tlsDir)
 	const redisURL = "redis.ratelimit.svc:6379"
-	// asRatelimit is what every mapped environment changes: fixed windows
-	// and no response headers, as envoyproxy/ratelimit counts and answers.
+	// asRatelimit is what every mapped environment changes: fixed windows,
+	// costs charged always and no response headers, as envoyproxy/ratelimit
+	// counts and answers.
 	asRatelimit := func(edit func(*Settings)) func(*Settings) {
 		return func(s *Settings) {
-			s.DefaultAlgorithm, s.ResponseHeaders = "fixed_window", "none"
+			s.DefaultAlgorithm, s.DefaultCharge, s.ResponseHeaders = "fixed_window", "always", "none"
 			s.ConfigDir = "/srv/runtime_data/current/config" // ratelimit's default runtime directory
 			if edit != nil {
 				edit(s)
@@ -348,7 +349,7 @@ func TestRatelimitEnv(t *testing.T) {
 		},
 		{
 			name: "tollgate's own flags, environment and file win",
-			args: []string{"--http-addr", "127.0.0.1:1", "--default-algorithm", "sliding_window_counter", "--settings", file},
+			args: []string{"--http-addr", "127.0.0.1:1", "--default-algorithm", "sliding_window_counter", "--default-charge", "admitted", "--settings", file},
 			env:  map[string]string{"RUNTIME_ROOT": "/d", "PORT": "9000", "TOLLGATE_RESPONSE_HEADERS": "ietf", "LIMIT_RESPONSE_HEADERS_ENABLED": "true"},
 			want: func(s *Settings) {
 				s.HTTPAddr, s.DefaultAlgorithm, s.ConfigDir, s.ResponseHeaders = "127.0.0.1:1", "sliding_window_counter", "/etc/mine", "ietf"
@@ -467,9 +468,14 @@ func TestRatelimitEnvReportLog(t *testing.T) {
 		want   string
 	}{
 		{ratelimitEnvReport{Honoured: []string{"PORT"}}, ""},
-		{ratelimitEnvReport{Active: true, Honoured: []string{"RUNTIME_ROOT", "REDIS_AUTH"}, Warnings: []string{"USE_STATSD: ignored"}, FixedWindow: true, NoHeaders: true},
+		{ratelimitEnvReport{ChargeAlways: true, XDS: true},
+			`level=INFO msg="rules over xDS: default charge always, as envoyproxy/ratelimit counts (--default-charge admitted opts out)"` + "\n"},
+		{ratelimitEnvReport{Active: true, Honoured: []string{"RUNTIME_ROOT"}, ChargeAlways: true},
+			`level=INFO msg="envoyproxy/ratelimit environment honoured" variables=RUNTIME_ROOT` + "\n" +
+				`level=INFO msg="envoyproxy/ratelimit environment: default charge always, as envoyproxy/ratelimit counts"` + "\n"},
+		{ratelimitEnvReport{Active: true, Honoured: []string{"RUNTIME_ROOT", "REDIS_AUTH"}, Warnings: []string{"USE_STATSD: ignored"}, FixedWindow: true, ChargeAlways: true, NoHeaders: true},
 			`level=INFO msg="envoyproxy/ratelimit environment honoured" variables=RUNTIME_ROOT,REDIS_AUTH` + "\n" +
-				`level=INFO msg="envoyproxy/ratelimit environment: default algorithm fixed_window, as envoyproxy/ratelimit counts"` + "\n" +
+				`level=INFO msg="envoyproxy/ratelimit environment: default algorithm fixed_window, default charge always, as envoyproxy/ratelimit counts"` + "\n" +
 				`level=INFO msg="envoyproxy/ratelimit environment: response headers none, as envoyproxy/ratelimit sends none without LIMIT_RESPONSE_HEADERS_ENABLED"` + "\n" +
 				`level=WARN msg="envoyproxy/ratelimit environment: USE_STATSD: ignored"` + "\n"},
 	} {

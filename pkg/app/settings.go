@@ -31,6 +31,7 @@ type Settings struct {
 	DebugAddr        string `mapstructure:"debug-addr"`
 	Store            string `mapstructure:"store"`
 	DefaultAlgorithm string `mapstructure:"default-algorithm"`
+	DefaultCharge    string `mapstructure:"default-charge"`
 	ShadowMode       bool   `mapstructure:"shadow-mode"`
 	ResponseHeaders  string `mapstructure:"response-headers"`
 	LogLevel         string `mapstructure:"log-level"`
@@ -113,6 +114,7 @@ func settingsFlags(fs *pflag.FlagSet) *pflag.FlagSet {
 	fs.String("debug-addr", "127.0.0.1:6070", "debug listen address (/debug/config, pprof); empty disables it")
 	fs.String("store", "memory", "counter store: memory (embedded, one instance) or redis (shared by a fleet)")
 	fs.String("default-algorithm", "token_bucket", "algorithm of rules that name none: token_bucket, fixed_window, sliding_window_counter, sliding_window_log")
+	fs.String("default-charge", "admitted", "charge of limits that name none: admitted (a rejected hit takes nothing) or always (the cost is added whatever the answer); always by default in envoyproxy/ratelimit's environment and with --config-type xds")
 	fs.Bool("shadow-mode", false, "count and report, but never reject (global shadow mode)")
 	fs.String("response-headers", "xratelimit", "rate-limit response headers: none, draft03, xratelimit, ietf")
 	fs.Bool("response-dynamic-metadata", false, "add envoyproxy/ratelimit's dynamic metadata to every answer: domain, descriptors, hitsAddend and the passing rules' metadata")
@@ -157,7 +159,7 @@ func settingsFlags(fs *pflag.FlagSet) *pflag.FlagSet {
 	fs.Int("max-entries", 32, "most entries in one descriptor")
 	fs.Int("max-key-length", 256, "longest descriptor entry key, in bytes")
 	fs.Int("max-value-length", 4096, "longest descriptor entry value, in bytes")
-	fs.Int("max-hits", 1_000_000, "largest hits_addend, of a request or a descriptor")
+	fs.Int("max-hits", limiter.DefaultMaxHits, "largest hits_addend, of a request or a descriptor (the default is Envoy's own cap)")
 	fs.Int("max-patterns", 1000, "most wildcard values of one key at one level of the configuration (allow and deny lists)")
 	xdsFlags(fs)
 	outer.AddFlagSet(fs)
@@ -198,9 +200,16 @@ func loadSettings(fs *pflag.FlagSet, getenv func(string) string) (Settings, erro
 			return Settings{}, fmt.Errorf("reading settings file %s: %w", path, err)
 		}
 	}
+	chargeSet := v.IsSet("default-charge") // before any default below sets it
 	report, err := applyRatelimitEnv(v, getenv)
 	if err != nil {
 		return Settings{}, err
+	}
+	// Rules over xDS come from Envoy Gateway, whose cost.response reports
+	// envoyproxy/ratelimit charges whatever the answer.
+	if !chargeSet && !report.ChargeAlways && v.GetString("config-type") == "xds" {
+		v.Set("default-charge", "always")
+		report.ChargeAlways, report.XDS = true, true
 	}
 	var s Settings
 	if err := v.Unmarshal(&s); err != nil {
@@ -240,6 +249,9 @@ func (s Settings) validate() error {
 	}
 	if _, err := algorithm.ParseKind(s.DefaultAlgorithm); err != nil {
 		errs = append(errs, fmt.Errorf("default-algorithm: %w", err))
+	}
+	if _, err := algorithm.ParseCharge(s.DefaultCharge); err != nil {
+		errs = append(errs, fmt.Errorf("default-charge: %w", err))
 	}
 	if _, err := descriptor.ParseFailureMode(s.FailureMode); err != nil {
 		errs = append(errs, fmt.Errorf("failure-mode: %w", err))
@@ -325,11 +337,15 @@ func (s Settings) descriptorOptions() (descriptor.Options, error) {
 	if err != nil {
 		return descriptor.Options{}, fmt.Errorf("default-algorithm: %w", err)
 	}
+	charge, err := algorithm.ParseCharge(s.DefaultCharge)
+	if err != nil {
+		return descriptor.Options{}, fmt.Errorf("default-charge: %w", err)
+	}
 	mode, err := descriptor.ParseFailureMode(s.FailureMode)
 	if err != nil {
 		return descriptor.Options{}, fmt.Errorf("failure-mode: %w", err)
 	}
-	return descriptor.Options{DefaultAlgorithm: kind, DefaultFailureMode: mode, MaxPatterns: s.MaxPatterns}, nil
+	return descriptor.Options{DefaultAlgorithm: kind, DefaultCharge: charge, DefaultFailureMode: mode, MaxPatterns: s.MaxPatterns}, nil
 }
 
 // newReloader loads the descriptor configuration in s.ConfigDir and returns

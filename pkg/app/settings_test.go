@@ -5,9 +5,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgatehq/tollgate/pkg/algorithm"
 )
 
 func TestSettingsPrecedence(t *testing.T) {
@@ -171,6 +174,7 @@ func TestSettingsErrors(t *testing.T) {
 	}{
 		{[]string{"--store", "etcd"}, `store: unknown store "etcd" (want memory or redis)`},
 		{[]string{"--default-algorithm", "leaky"}, `default-algorithm: unknown algorithm "leaky"`},
+		{[]string{"--default-charge", "sometimes"}, `default-charge: unknown charge "sometimes" (want admitted or always)`},
 		{[]string{"--response-headers", "fancy"}, `response-headers:`},
 		{[]string{"--log-format", "xml"}, `log-format: unknown format "xml" (want text or json)`},
 		{[]string{"--log-level", "loud"}, `log-level:`},
@@ -237,6 +241,94 @@ func TestTracingSampler(t *testing.T) {
 			}
 			if opts.TracesEndpoint != "http://c:4317" || opts.BatchTimeout != time.Second {
 				t.Errorf("options %+v do not carry the endpoint and batch timeout", opts)
+			}
+		})
+	}
+}
+
+// TestDefaultCharge checks where --default-charge comes from: admitted by
+// default; always in envoyproxy/ratelimit's environment and with rules
+// over xDS, logged once, unless a flag, TOLLGATE_DEFAULT_CHARGE or the
+// settings file names a charge; and that it reaches the descriptor
+// options.
+func TestDefaultCharge(t *testing.T) {
+	dir := t.TempDir()
+	admittedFile := filepath.Join(dir, "admitted.yaml")
+	alwaysFile := filepath.Join(dir, "always.yaml")
+	for name, data := range map[string]string{admittedFile: "default-charge: admitted\n", alwaysFile: "default-charge: always\n"} {
+		if err := os.WriteFile(name, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const (
+		xdsLine = `level=INFO msg="rules over xDS: default charge always, as envoyproxy/ratelimit counts (--default-charge admitted opts out)"`
+		envLine = `level=INFO msg="envoyproxy/ratelimit environment: default algorithm fixed_window, default charge always, as envoyproxy/ratelimit counts"`
+		algLine = `level=INFO msg="envoyproxy/ratelimit environment: default algorithm fixed_window, as envoyproxy/ratelimit counts"`
+	)
+	ratelimitEnv := map[string]string{"RUNTIME_ROOT": "/d"}
+	tests := []struct {
+		name     string
+		args     []string
+		env      map[string]string
+		want     algorithm.Charge
+		wantLine string // the start-up line about defaults; "" for none
+	}{
+		{name: "default", want: algorithm.ChargeAdmitted},
+		{name: "flag", args: []string{"--default-charge", "always"}, want: algorithm.ChargeAlways},
+		{name: "flag in any case", args: []string{"--default-charge", "ALWAYS"}, want: algorithm.ChargeAlways},
+		{name: "environment", env: map[string]string{"TOLLGATE_DEFAULT_CHARGE": "always"}, want: algorithm.ChargeAlways},
+		{name: "settings file", args: []string{"--settings", alwaysFile}, want: algorithm.ChargeAlways},
+		{name: "xds", args: []string{"--config-type", "xds"}, want: algorithm.ChargeAlways, wantLine: xdsLine},
+		{name: "xds from the environment", env: map[string]string{"TOLLGATE_CONFIG_TYPE": "xds"}, want: algorithm.ChargeAlways, wantLine: xdsLine},
+		{name: "xds, flag admitted", args: []string{"--config-type", "xds", "--default-charge", "admitted"}, want: algorithm.ChargeAdmitted},
+		{name: "xds, environment admitted", args: []string{"--config-type", "xds"}, env: map[string]string{"TOLLGATE_DEFAULT_CHARGE": "admitted"}, want: algorithm.ChargeAdmitted},
+		{name: "xds, settings file admitted", args: []string{"--config-type", "xds", "--settings", admittedFile}, want: algorithm.ChargeAdmitted},
+		{name: "ratelimit's environment", env: ratelimitEnv, want: algorithm.ChargeAlways, wantLine: envLine},
+		{name: "ratelimit's environment, flag admitted", args: []string{"--default-charge", "admitted"}, env: ratelimitEnv, want: algorithm.ChargeAdmitted, wantLine: algLine},
+		{name: "ratelimit's environment, settings file admitted", args: []string{"--settings", admittedFile}, env: ratelimitEnv, want: algorithm.ChargeAdmitted, wantLine: algLine},
+		{
+			name: "ratelimit's environment over xDS",
+			env:  map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": "eg:18001"},
+			want: algorithm.ChargeAlways, wantLine: envLine,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := newFlagSet("serve")
+			settingsFlags(fs)
+			if err := fs.Parse(tt.args); err != nil {
+				t.Fatal(err)
+			}
+			s, err := loadSettings(fs, func(k string) string { return tt.env[k] })
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts, err := s.descriptorOptions()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if opts.DefaultCharge != tt.want {
+				t.Errorf("DefaultCharge = %v (setting %q), want %v", opts.DefaultCharge, s.DefaultCharge, tt.want)
+			}
+			var buf strings.Builder
+			s.ratelimitEnv.log(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+				if a.Key == slog.TimeKey {
+					return slog.Attr{}
+				}
+				return a
+			}})))
+			var lines []string
+			for line := range strings.Lines(buf.String()) {
+				if strings.Contains(line, "default ") {
+					lines = append(lines, strings.TrimSuffix(line, "\n"))
+				}
+			}
+			var want []string
+			if tt.wantLine != "" {
+				want = []string{tt.wantLine}
+			}
+			if !slices.Equal(lines, want) {
+				t.Errorf("lines about defaults:\n got %q\nwant %q", lines, want)
 			}
 		})
 	}

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+
+	"github.com/tollgatehq/tollgate/pkg/algorithm"
 )
 
 // dumpWriter is what the dump is written to: a strings.Builder, or a
@@ -51,7 +53,9 @@ func (t *Tree) digest() string {
 
 // WriteTo writes a readable dump of t: every domain in name order, then
 // every descriptor in configuration order with its resolved rule and
-// limits, including the algorithm each limit resolved to. Strings that
+// limits, including the algorithm each limit resolved to and its charge
+// when it is not admitted (tollgate's rule, like a burst of 0, goes
+// unsaid, so a configuration keeps its hash). Strings that
 // could be misread are quoted, so the dump is also the canonical form that
 // Hash digests. A dump looks like this:
 //
@@ -62,6 +66,8 @@ func (t *Tree) digest() string {
 //	  api_key: no rule
 //	  api_key/endpoint="/search": limit, failure_mode=closed
 //	    30 per minute, sliding_window_counter
+//	api_key/endpoint="/chat": limit, failure_mode=open
+//	    100000 per day, fixed_window, charge always
 func (t *Tree) WriteTo(w io.Writer) (int64, error) {
 	n, err := io.WriteString(w, t.String())
 	return int64(n), err
@@ -72,13 +78,16 @@ func (d *Domain) write(b dumpWriter) {
 	if d.shardBy != "" {
 		fmt.Fprintf(b, "  shard_by %s\n", quote(d.shardBy))
 	}
-	if df := d.defaults; df.algorithm != "" || df.failureMode != "" || df.hasBurst {
+	if df := d.defaults; df.algorithm != "" || df.failureMode != "" || df.charge != "" || df.hasBurst {
 		b.WriteString("  defaults")
 		if df.algorithm != "" {
 			b.WriteString(" algorithm=" + df.algorithm)
 		}
 		if df.failureMode != "" {
 			b.WriteString(" failure_mode=" + df.failureMode)
+		}
+		if df.charge != "" {
+			b.WriteString(" charge=" + df.charge)
 		}
 		if df.hasBurst {
 			fmt.Fprintf(b, " burst=%d", df.burst)
@@ -162,7 +171,7 @@ func writeRule(b dumpWriter, r *Rule, indent string) {
 }
 
 // String describes l readably, such as "5 per 5 minutes, token_bucket,
-// burst 10".
+// burst 10" or "1000 per minute, token_bucket, charge always".
 func (l Limit) String() string {
 	var b strings.Builder
 	l.write(&b)
@@ -181,6 +190,10 @@ func (l Limit) write(b dumpWriter) {
 	b.WriteString(l.Algorithm.String())
 	if l.Burst > 0 {
 		fmt.Fprintf(b, ", burst %d", l.Burst)
+	}
+	if l.Charge != algorithm.ChargeAdmitted {
+		b.WriteString(", charge ")
+		b.WriteString(l.Charge.String())
 	}
 	if l.Name != "" {
 		b.WriteString(", name ")

@@ -23,6 +23,9 @@ type Options struct {
 	// DefaultFailureMode applies where neither a rule nor its domain's
 	// defaults name one; zero means FailOpen.
 	DefaultFailureMode FailureMode
+	// DefaultCharge applies where neither a limit nor its domain's
+	// defaults name one; the zero value is algorithm.ChargeAdmitted.
+	DefaultCharge algorithm.Charge
 	// MaxPatterns bounds the wildcard values of one key at one level, such
 	// as the patterns of an allow or deny list, which a request tries in
 	// turn (exact values are looked up at once, whatever their number).
@@ -73,6 +76,9 @@ func load(fsys fs.FS, display func(string) string, opts Options) (*Tree, error) 
 	}
 	if m := opts.DefaultFailureMode; m > FailLocal {
 		return nil, fmt.Errorf("invalid Options.DefaultFailureMode %d", m)
+	}
+	if c := opts.DefaultCharge; c > algorithm.ChargeAlways {
+		return nil, fmt.Errorf("invalid Options.DefaultCharge %d", c)
 	}
 	var errs errorList
 	files := findFiles(fsys, display, &errs)

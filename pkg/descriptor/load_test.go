@@ -147,6 +147,51 @@ func TestLoadDefaultFailureMode(t *testing.T) {
 	}
 }
 
+// TestLoadDefaultCharge checks that Options.DefaultCharge applies where
+// neither a limit nor its domain's defaults name a charge, and that a
+// limit's own charge and its domain's defaults win over it.
+func TestLoadDefaultCharge(t *testing.T) {
+	fsys := fstest.MapFS{
+		"a.yaml": {Data: []byte("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n" +
+			"  - key: own\n    rate_limit: {unit: second, requests_per_unit: 1, charge: admitted}\n")},
+		"b.yaml": {Data: []byte("domain: b\ndefaults: {charge: admitted}\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")},
+		"c.yaml": {Data: []byte("domain: c\ndefaults: {charge: always}\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")},
+	}
+	tests := []struct {
+		opt            algorithm.Charge
+		wantA, wantOwn algorithm.Charge
+		wantB, wantC   algorithm.Charge
+		wantErr        string
+	}{
+		{opt: algorithm.ChargeAdmitted, wantA: algorithm.ChargeAdmitted, wantOwn: algorithm.ChargeAdmitted, wantB: algorithm.ChargeAdmitted, wantC: algorithm.ChargeAlways},
+		{opt: algorithm.ChargeAlways, wantA: algorithm.ChargeAlways, wantOwn: algorithm.ChargeAdmitted, wantB: algorithm.ChargeAdmitted, wantC: algorithm.ChargeAlways},
+		{opt: algorithm.Charge(7), wantErr: "invalid Options.DefaultCharge 7"},
+	}
+	for _, tt := range tests {
+		tree, err := LoadFS(fsys, Options{DefaultCharge: tt.opt})
+		if tt.wantErr != "" {
+			if err == nil || err.Error() != tt.wantErr {
+				t.Errorf("DefaultCharge %v: error %v, want %q", tt.opt, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		charge := func(domain, e string) algorithm.Charge {
+			l := tree.Domain(domain).Match(entries(e)).Limits[0]
+			if l.Algo().Charge != l.Charge {
+				t.Errorf("%s %s: Algo().Charge = %v, want %v", domain, e, l.Algo().Charge, l.Charge)
+			}
+			return l.Charge
+		}
+		got := [4]algorithm.Charge{charge("a", "k=1"), charge("a", "own=1"), charge("b", "k=1"), charge("c", "k=1")}
+		if want := [4]algorithm.Charge{tt.wantA, tt.wantOwn, tt.wantB, tt.wantC}; got != want {
+			t.Errorf("DefaultCharge %v: a, a own, b, c = %v, want %v", tt.opt, got, want)
+		}
+	}
+}
+
 func TestLoadMaxPatterns(t *testing.T) {
 	yaml := "domain: p\ndescriptors:\n"
 	for _, v := range []string{"a*", "b*", "c", "d*"} {
@@ -197,6 +242,7 @@ func TestHash(t *testing.T) {
 		{map[string]string{"a.yaml": base, "b.yaml": "domain: other\n"}, Options{}},
 		{map[string]string{"a.yaml": base + "  - key: k\n    value: v\n"}, Options{}},
 		{map[string]string{"a.yaml": base}, Options{DefaultAlgorithm: algorithm.FixedWindow}},
+		{map[string]string{"a.yaml": base}, Options{DefaultCharge: algorithm.ChargeAlways}},
 	}
 	for _, tt := range different {
 		if got := hash(tt.files, tt.opts); got == h {

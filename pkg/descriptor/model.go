@@ -132,6 +132,7 @@ type Limit struct {
 	RequestsPerUnit uint32
 	Burst           uint32 // token bucket only
 	Algorithm       algorithm.Kind
+	Charge          algorithm.Charge
 }
 
 // Period returns the length of one window of l.
@@ -146,6 +147,7 @@ func (l Limit) Algo() algorithm.Limit {
 		Requests: int64(l.RequestsPerUnit),
 		Burst:    int64(l.Burst),
 		Period:   l.Period().Microseconds(),
+		Charge:   l.Charge,
 	}
 }
 

@@ -3,7 +3,7 @@ package descriptor
 // This file is tollgate's configuration schema: a file's domain, its
 // defaults and shard_by, the descriptors with their keys, values, actions
 // and failure modes, and rate_limit (envoyproxy/ratelimit's fields and
-// tollgate's algorithm, burst and unit_multiplier). It decodes one file
+// tollgate's algorithm, burst, unit_multiplier and charge). It decodes one file
 // into a Domain with the strict reader of yamlreader.go and checks what
 // involves more than one field: limits that would share a counter,
 // replaces that name no limit, shard_by keys that no descriptor has.
@@ -35,10 +35,10 @@ const (
 // rate_limit fields is envoyproxy/ratelimit's; the rest are tollgate's.
 const (
 	fileFields       fieldSet = "domain descriptors defaults shard_by"
-	defaultsFields   fieldSet = "algorithm failure_mode burst"
+	defaultsFields   fieldSet = "algorithm failure_mode burst charge"
 	descriptorFields fieldSet = "key value rate_limit descriptors shadow_mode quota_mode detailed_metric value_to_metric share_threshold metadata " +
 		"rate_limits action failure_mode"
-	limitFields    fieldSet = "unit requests_per_unit unlimited name replaces algorithm burst unit_multiplier"
+	limitFields    fieldSet = "unit requests_per_unit unlimited name replaces algorithm burst unit_multiplier charge"
 	replacesFields fieldSet = "name"
 )
 
@@ -91,8 +91,9 @@ func (p *parser) parseFile(data []byte) *Domain {
 type domainBuilder struct {
 	*parser
 	d           *Domain
-	algorithm   algorithm.Kind // resolved default algorithm
-	algSource   string         // where algorithm came from, for messages
+	algorithm   algorithm.Kind   // resolved default algorithm
+	algSource   string           // where algorithm came from, for messages
+	charge      algorithm.Charge // resolved default charge
 	failureMode FailureMode
 	burst       uint32
 	hasBurst    bool
@@ -158,12 +159,13 @@ func (p *parser) domain(root *yaml.Node) *Domain {
 }
 
 // defaults decodes the domain's defaults and resolves the domain's
-// default algorithm and failure mode.
+// default algorithm, failure mode and charge.
 func (b *domainBuilder) defaults(f *field) {
 	b.algorithm, b.algSource = algorithm.TokenBucket, "tollgate's default"
 	if b.opts.DefaultAlgorithm != 0 {
 		b.algorithm, b.algSource = b.opts.DefaultAlgorithm, "the service's default"
 	}
+	b.charge = b.opts.DefaultCharge
 	b.failureMode = b.opts.DefaultFailureMode
 	if f == nil || (f.val.Kind == yaml.ScalarNode && f.val.ShortTag() == "!!null") {
 		return
@@ -184,6 +186,14 @@ func (b *domainBuilder) defaults(f *field) {
 		} else {
 			b.failureMode = m
 			b.d.defaults.failureMode = m.String()
+		}
+	}
+	if s, ok := b.str(fs.get("charge"), "", "defaults"); ok {
+		if c, err := algorithm.ParseCharge(s); err != nil {
+			b.errorf(fs.get("charge").val, "", "defaults.charge: %v", err)
+		} else {
+			b.charge = c
+			b.d.defaults.charge = c.String()
 		}
 	}
 	if bf := fs.get("burst"); bf != nil {
@@ -509,7 +519,7 @@ func (b *domainBuilder) limit(n, at *yaml.Node, path, ctx string) (limitSpec, bo
 	}
 	s.unlimited = b.boolean(fs.get("unlimited"), path, ctx)
 	if s.unlimited {
-		for _, other := range [...]string{"unit", "requests_per_unit", "algorithm", "burst", "unit_multiplier"} {
+		for _, other := range [...]string{"unit", "requests_per_unit", "algorithm", "burst", "unit_multiplier", "charge"} {
 			if f := fs.get(other); f != nil {
 				b.errorf(f.key, path, "%s: unlimited cannot be combined with %s", ctx, other)
 			}
@@ -573,6 +583,17 @@ func (b *domainBuilder) counting(fs fields, n *yaml.Node, path, ctx string, l *L
 		}
 	} else if l.Algorithm == algorithm.TokenBucket && b.hasBurst {
 		l.Burst = b.burst
+	}
+
+	l.Charge = b.charge
+	if f := fs.get("charge"); f != nil {
+		if s, ok := b.str(f, path, ctx); ok {
+			if c, err := algorithm.ParseCharge(s); err != nil {
+				b.errorf(f.val, path, "%s: %v", ctx, err)
+			} else {
+				l.Charge = c
+			}
+		}
 	}
 
 	l.UnitMultiplier = 1

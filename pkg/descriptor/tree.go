@@ -28,6 +28,7 @@ type Domain struct {
 type defaults struct {
 	algorithm   string // "" if unset
 	failureMode string // "" if unset
+	charge      string // "" if unset
 	burst       uint32
 	hasBurst    bool
 }

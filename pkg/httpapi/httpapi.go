@@ -97,6 +97,11 @@ type checkDescriptor struct {
 	// Hits is the descriptor's own hits_addend: 0 checks without counting.
 	Hits   *uint64 `json:"hits,omitempty"`
 	Refund bool    `json:"refund,omitempty"`
+	// Charge "always" charges the descriptor's cost whatever the answer:
+	// the descriptor gets the entry limiter.ChargeKey=always, so the
+	// engine decides it exactly as a gRPC descriptor carrying that entry.
+	// Any other value is an error; absent, the limits' charges apply.
+	Charge *string `json:"charge,omitempty"`
 }
 
 // checkResponse is the answer of POST /v1/check.
@@ -134,6 +139,13 @@ func (h *handler) check(w http.ResponseWriter, r *http.Request) {
 	}
 	req := &limiter.Request{Domain: in.Domain, Hits: in.Hits, Descriptors: make([]limiter.Descriptor, len(in.Descriptors))}
 	for i, d := range in.Descriptors {
+		if d.Charge != nil {
+			if *d.Charge != limiter.ChargeAlwaysValue {
+				writeError(w, http.StatusBadRequest, fmt.Sprintf("descriptors[%d].charge: must be %q, got %q", i, limiter.ChargeAlwaysValue, *d.Charge))
+				return
+			}
+			d.Entries = append(d.Entries, descriptor.Entry{Key: limiter.ChargeKey, Value: limiter.ChargeAlwaysValue})
+		}
 		req.Descriptors[i] = limiter.Descriptor{Entries: d.Entries, Refund: d.Refund}
 		if d.Hits != nil {
 			req.Descriptors[i].Hits, req.Descriptors[i].HasHits = *d.Hits, true

@@ -1,10 +1,12 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -89,6 +91,12 @@ func TestCheckRejectsBadInput(t *testing.T) {
 		{`{"descriptors":[{"entries":[{"key":"user","value":"u"}]}]}`, "empty domain"},
 		{`{"domain":"api"}`, "no descriptors"},
 		{`{"domain":"api","descriptors":[{"entries":[{"key":"","value":"u"}]}]}`, "descriptors[0].entries[0]: empty key"},
+		{`{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"u"}],"charge":"admitted"}]}`, `descriptors[0].charge: must be \"always\", got \"admitted\"`},
+		{`{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"u"}],"charge":"Always"}]}`, `descriptors[0].charge: must be \"always\", got \"Always\"`},
+		{`{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"u"}],"charge":""}]}`, `descriptors[0].charge: must be \"always\", got \"\"`},
+		{`{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"u"}],"charge":true}]}`, "decoding request body"},
+		{`{"domain":"api","descriptors":[{"entries":[],"charge":"always"}]}`, "descriptors[0]: no entries but tollgate.charge"},
+		{`{"domain":"api","descriptors":[{"entries":[{"key":"tollgate.charge","value":"x"},{"key":"user","value":"u"}]}]}`, `descriptors[0]: tollgate.charge must be \"always\", got \"x\"`},
 		{`{"domain":"api","descriptors":[{"entries":[{"key":"a","value":"` + strings.Repeat("x", 2<<20) + `"}]}]}`, "request body too large"},
 	}
 	for _, tt := range tests {
@@ -128,5 +136,50 @@ func TestProbes(t *testing.T) {
 	}
 	if code := get("/healthz"); code != http.StatusOK {
 		t.Errorf("GET /healthz when not ready = %d, want 200 (liveness)", code)
+	}
+}
+
+// recordingChecker passes requests on to a real limiter and keeps the
+// last one.
+type recordingChecker struct {
+	Checker
+	last *limiter.Request
+}
+
+func (c *recordingChecker) Check(ctx context.Context, req *limiter.Request) (*limiter.Response, error) {
+	c.last = req
+	return c.Checker.Check(ctx, req)
+}
+
+// TestCheckChargeAlways checks that "charge": "always" reaches the engine
+// as the tollgate.charge=always entry, and so counts in the counter of
+// the descriptor without it.
+func TestCheckChargeAlways(t *testing.T) {
+	tree, err := descriptor.LoadFS(fstest.MapFS{"api.yaml": {Data: []byte(rules)}}, descriptor.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := func() time.Time { return time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC) }
+	lim, err := limiter.New(limiter.Options{Store: memory.New(memory.Options{Now: now}), Tree: func() *descriptor.Tree { return tree }, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := &recordingChecker{Checker: lim}
+	h := New(Options{Limiter: rc})
+
+	rec := post(h, `{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"u1"}],"hits":1,"charge":"always"}]}`)
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"remaining":1`) {
+		t.Fatalf("charged call: %d %s, want 200 with 1 remaining", rec.Code, rec.Body)
+	}
+	want := []descriptor.Entry{{Key: "user", Value: "u1"}, {Key: limiter.ChargeKey, Value: limiter.ChargeAlwaysValue}}
+	if got := rc.last.Descriptors[0].Entries; !reflect.DeepEqual(got, want) {
+		t.Errorf("entries = %v, want %v", got, want)
+	}
+	rec = post(h, `{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"u1"}]}]}`)
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"remaining":0`) {
+		t.Fatalf("plain call: %d %s, want 200 with 0 remaining (one counter)", rec.Code, rec.Body)
+	}
+	if got := rc.last.Descriptors[0].Entries; len(got) != 1 {
+		t.Errorf("plain call entries = %v, want the request's one", got)
 	}
 }

@@ -63,8 +63,20 @@ func TestCheckRejectsInvalidRequests(t *testing.T) {
 		{name: "past default key", limiter: "defaults", req: &Request{Domain: "d", Descriptors: []Descriptor{{Entries: entries(strings.Repeat("k", DefaultMaxKeyLen+1) + "=v")}}}, want: "descriptors[0].entries[0]: key longer than 256 bytes"},
 		{name: "past default value", limiter: "defaults", req: &Request{Domain: "d", Descriptors: []Descriptor{{Entries: entries("k=" + strings.Repeat("v", DefaultMaxValueLen+1))}}}, want: "descriptors[0].entries[0]: value longer than 4096 bytes"},
 		{name: "default hits", limiter: "defaults", req: &Request{Domain: "d", Hits: DefaultMaxHits, Descriptors: []Descriptor{withHits(DefaultMaxHits)}}},
-		{name: "past default request hits", limiter: "defaults", req: &Request{Domain: "d", Hits: DefaultMaxHits + 1, Descriptors: []Descriptor{ok}}, want: "hits_addend 1000001 exceeds the limit of 1000000"},
-		{name: "past default descriptor hits", limiter: "defaults", req: &Request{Domain: "d", Descriptors: []Descriptor{withHits(DefaultMaxHits + 1)}}, want: "descriptors[0].hits_addend: 1000001 exceeds the limit of 1000000"},
+		{name: "past default request hits", limiter: "defaults", req: &Request{Domain: "d", Hits: DefaultMaxHits + 1, Descriptors: []Descriptor{ok}}, want: "hits_addend 1000000001 exceeds the limit of 1000000000"},
+		{name: "past default descriptor hits", limiter: "defaults", req: &Request{Domain: "d", Descriptors: []Descriptor{withHits(DefaultMaxHits + 1)}}, want: "descriptors[0].hits_addend: 1000000001 exceeds the limit of 1000000000"},
+		{name: "a 2000000-token report", limiter: "defaults", req: &Request{Domain: "d", Descriptors: []Descriptor{withHits(2_000_000)}}},
+
+		// The ChargeKey marker.
+		{name: "marker first", limiter: "defaults", req: &Request{Domain: "d", Descriptors: []Descriptor{{Entries: entries("tollgate.charge=always", "k=v")}}}},
+		{name: "marker last", limiter: "defaults", req: &Request{Domain: "d", Descriptors: []Descriptor{ok, {Entries: entries("k=v", "tollgate.charge=always")}}}},
+		{name: "marker value", limiter: "defaults", req: &Request{Domain: "d", Descriptors: []Descriptor{ok, {Entries: entries("k=v", "tollgate.charge=x")}}}, want: `descriptors[1]: tollgate.charge must be "always", got "x"`},
+		{name: "marker value admitted", limiter: "defaults", req: &Request{Domain: "d", Descriptors: []Descriptor{{Entries: entries("tollgate.charge=admitted", "k=v")}}}, want: `descriptors[0]: tollgate.charge must be "always", got "admitted"`},
+		{name: "marker value case", limiter: "defaults", req: &Request{Domain: "d", Descriptors: []Descriptor{{Entries: entries("a=1", "tollgate.charge=Always", "k=v")}}}, want: `descriptors[0]: tollgate.charge must be "always", got "Always"`},
+		{name: "marker value empty", limiter: "defaults", req: &Request{Domain: "d", Descriptors: []Descriptor{{Entries: entries("k=v", "tollgate.charge=")}}}, want: `descriptors[0]: tollgate.charge must be "always", got ""`},
+		{name: "marker alone", limiter: "defaults", req: &Request{Domain: "d", Descriptors: []Descriptor{ok, ok, {Entries: entries("tollgate.charge=always")}}}, want: "descriptors[2]: no entries but tollgate.charge"},
+		{name: "markers alone", limiter: "defaults", req: &Request{Domain: "d", Descriptors: []Descriptor{{Entries: entries("tollgate.charge=always", "tollgate.charge=always")}}}, want: "descriptors[0]: no entries but tollgate.charge"},
+		{name: "marker in an unknown domain", limiter: "defaults", req: &Request{Domain: "nope", Descriptors: []Descriptor{{Entries: entries("tollgate.charge=sometimes", "k=v")}}}, want: `descriptors[0]: tollgate.charge must be "always", got "sometimes"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

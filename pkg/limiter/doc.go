@@ -16,7 +16,10 @@
 // MaxDescriptors descriptors or MaxEntries entries in one, a domain or key
 // longer than MaxKeyLen bytes, a value longer than MaxValueLen, a
 // hits_addend (of the request or of a descriptor) above MaxHits. Zero
-// bounds are the defaults (DefaultMaxDescriptors and so on). The engine
+// bounds are the defaults (DefaultMaxDescriptors and so on; DefaultMaxHits
+// is Envoy's own cap, 10^9). A ChargeKey entry whose value is not
+// "always", or a descriptor with nothing but ChargeKey entries, is
+// malformed too. The engine
 // owns these checks so that every adapter applies the same ones; the
 // adapters only map the error, to gRPC InvalidArgument and HTTP 400.
 //
@@ -34,7 +37,8 @@
 //   - an Envoy limit override: counted against one limit {requests_per_unit,
 //     unit, unit_multiplier} with the request's own entries, whether or not
 //     a rule matched and even if the rule is unlimited. It keeps the
-//     algorithm of the rule's first limit, else Options.DefaultAlgorithm.
+//     algorithm and charge of the rule's first limit, else
+//     Options.DefaultAlgorithm and Options.DefaultCharge.
 //     As in envoyproxy/ratelimit it has no name, ignores the rule's
 //     shadow_mode, quota_mode and share_threshold, and neither replaces nor
 //     is replaced. The allow and deny lists above still win over it;
@@ -44,7 +48,7 @@
 //
 // All hits of a request go to the store in one Apply call, so a request is
 // all or nothing: when one hit that is not soft is rejected, nothing is
-// charged. A descriptor with several limits reports the most restrictive:
+// charged, except the always-charged hits (see Charge). A descriptor with several limits reports the most restrictive:
 // a rejected one (the longest wait first), else the one with the least
 // remaining.
 //
@@ -53,6 +57,24 @@
 // A descriptor's own hits_addend (Descriptor.HasHits) wins, and 0 there
 // checks the limits without consuming; otherwise the request's hits_addend
 // counts, where 0 means 1. Descriptor.Refund gives the hits back.
+//
+// # Charge
+//
+// Each hit carries its limit's charge (descriptor.Limit.Charge). A
+// descriptor with an entry ChargeKey=always, at any position, has every
+// hit charged always, whatever its limits say: the entry is removed before
+// matching and before the counter is named, so the descriptor names the
+// rule and the counter it names without it. This is how a raw Envoy
+// configuration charges a report sent after the response (a generic_key
+// action with descriptor_key tollgate.charge on the stream-done rule only)
+// on the counter its request-time check admits against.
+//
+// An always-charged hit's cost is added whatever the verdict (see
+// store.Store for how a batch applies it): a deny list does not turn it
+// into a check, a failing-closed descriptor does not turn its local hit
+// into one, and the quota-mode refund does not give it back. Its
+// descriptor's status is OVER_LIMIT when its counter ends past the limit,
+// and the overall code follows the statuses as always.
 //
 // # Replaces
 //
@@ -125,7 +147,10 @@
 //
 // tollgate_decisions counts descriptors by domain, rule path, limit name
 // and result (ok, over_limit, shadow_over_limit, allowlist, denylist,
-// shadow_denylist, unmatched, unlimited, replaced, degraded); tollgate_store_errors counts
+// shadow_denylist, unmatched, unlimited, replaced, degraded);
+// tollgate_charged_past_limit_hits adds the costs of always-charged hits
+// that the store rejected, and so charged past their limits, by domain,
+// rule path and limit name; tollgate_store_errors counts
 // failed batches; tollgate_check_duration records the time of each Check
 // in seconds. Attributes never carry descriptor values: unknown domains
 // are recorded as "(unknown)" and overrides as limit "(override)", so

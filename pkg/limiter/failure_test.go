@@ -284,6 +284,24 @@ func TestFailureModeLocalChargesNothingWhenRejected(t *testing.T) {
 	}
 }
 
+// TestFailureModeLocalChargesAlwaysWhenRejected checks that a request
+// rejected by a failing-closed descriptor still charges the local hits of
+// a descriptor marked tollgate.charge=always.
+func TestFailureModeLocalChargesAlwaysWhenRejected(t *testing.T) {
+	f := newFixture(t, failureYAML, func(o *Options) {
+		o.Store = storetest.Failing{Err: store.ErrUnavailable}
+		o.Fallback = memory.New(memory.Options{Now: func() time.Time { return t0 }})
+	})
+	marked := Descriptor{Entries: entries("local=v", ChargeKey+"="+ChargeAlwaysValue), Hits: 2, HasHits: true}
+	if resp := f.check(t, &Request{Domain: "api", Descriptors: []Descriptor{{Entries: entries("closed=v")}, marked}}); resp.Code != OverLimit {
+		t.Fatalf("closed and marked local: %v, want OVER_LIMIT", resp.Code)
+	}
+	resp := f.check(t, req("api", d("local=v")))
+	if got := resp.Statuses[0].Remaining; got != 1 {
+		t.Errorf("local=v after a rejected request: remaining %d, want 1 (4 less 2 charged always, less this one)", got)
+	}
+}
+
 // countingStore counts its calls and answers every hit as admitted.
 type countingStore struct{ calls int }
 

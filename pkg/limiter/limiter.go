@@ -36,8 +36,21 @@ const (
 	DefaultMaxEntries     = 32
 	DefaultMaxKeyLen      = 256
 	DefaultMaxValueLen    = 4096
-	DefaultMaxHits        = 1_000_000
+	// DefaultMaxHits is Envoy's own cap on hits_addend, so that a report
+	// of the millions of tokens one long-context response uses passes.
+	DefaultMaxHits = 1_000_000_000
 )
+
+// ChargeKey is the key of the descriptor entry that marks a descriptor's
+// hits as charged always (algorithm.ChargeAlways) whatever its rule says:
+// a raw Envoy configuration adds it, with value ChargeAlwaysValue, to the
+// descriptor of a report sent after the response. The entry is removed
+// before matching and before the counter is named, so a marked descriptor
+// names the same rule and counter as the descriptor without it.
+const ChargeKey = "tollgate.charge"
+
+// ChargeAlwaysValue is the one value a ChargeKey entry may have.
+const ChargeAlwaysValue = "always"
 
 // closedRetryAfter is the Retry-After of a rule that fails closed when the
 // store's error does not say when to retry: the circuit breaker has not
@@ -77,6 +90,10 @@ type Options struct {
 	// DefaultAlgorithm counts Envoy limit overrides whose descriptor matches
 	// no counted rule. Zero means algorithm.TokenBucket.
 	DefaultAlgorithm algorithm.Kind
+	// DefaultCharge charges Envoy limit overrides whose descriptor matches
+	// no counted rule; an override on a counted rule takes the charge of
+	// the rule's first limit. The zero value is algorithm.ChargeAdmitted.
+	DefaultCharge algorithm.Charge
 	// DefaultFailureMode decides Envoy limit overrides whose descriptor
 	// matches no rule when the store fails; rules carry their own.
 	DefaultFailureMode descriptor.FailureMode
@@ -136,6 +153,9 @@ type Request struct {
 
 // Descriptor is one descriptor of a Request.
 type Descriptor struct {
+	// Entries are matched against the rules in order. An entry with key
+	// ChargeKey is not matched or counted: it charges the descriptor's
+	// hits always.
 	Entries []descriptor.Entry
 	// Hits is the descriptor-level hits_addend. It applies only when
 	// HasHits is set, and then wins over Request.Hits; HasHits with Hits 0
@@ -226,22 +246,23 @@ type Response struct {
 
 // Limiter decides rate-limit requests. It is safe for concurrent use.
 type Limiter struct {
-	store       store.Store
-	tree        func() *descriptor.Tree
-	style       HeaderStyle
-	shadow      bool
-	defaultAlgo algorithm.Kind
-	defaultFail descriptor.FailureMode
-	timeout     time.Duration // 0: none
-	margin      time.Duration
-	fallback    store.Store
-	share       int64
-	bounds      bounds
-	now         func() time.Time
-	since       func(time.Time) time.Duration // the time elapsed since one now returned
-	log         *slog.Logger
-	metrics     *metrics
-	tracer      trace.Tracer // nil: no spans
+	store         store.Store
+	tree          func() *descriptor.Tree
+	style         HeaderStyle
+	shadow        bool
+	defaultAlgo   algorithm.Kind
+	defaultCharge algorithm.Charge
+	defaultFail   descriptor.FailureMode
+	timeout       time.Duration // 0: none
+	margin        time.Duration
+	fallback      store.Store
+	share         int64
+	bounds        bounds
+	now           func() time.Time
+	since         func(time.Time) time.Duration // the time elapsed since one now returned
+	log           *slog.Logger
+	metrics       *metrics
+	tracer        trace.Tracer // nil: no spans
 
 	// labels caches metric attribute sets for the current tree.
 	labels atomic.Pointer[labelCache]
@@ -266,6 +287,9 @@ func New(opts Options) (*Limiter, error) {
 	if opts.DeadlineMargin < 0 {
 		return nil, fmt.Errorf("limiter: negative deadline margin %v", opts.DeadlineMargin)
 	}
+	if opts.DefaultCharge > algorithm.ChargeAlways {
+		return nil, fmt.Errorf("limiter: unknown charge %d", opts.DefaultCharge)
+	}
 	if opts.DefaultFailureMode > descriptor.FailLocal {
 		return nil, fmt.Errorf("limiter: unknown failure mode %d", opts.DefaultFailureMode)
 	}
@@ -289,16 +313,17 @@ func New(opts Options) (*Limiter, error) {
 		}
 	}
 	l := &Limiter{
-		store:       opts.Store,
-		tree:        opts.Tree,
-		style:       opts.HeaderStyle,
-		shadow:      opts.ShadowMode,
-		defaultAlgo: opts.DefaultAlgorithm,
-		defaultFail: opts.DefaultFailureMode,
-		timeout:     opts.StoreTimeout,
-		margin:      opts.DeadlineMargin,
-		fallback:    opts.Fallback,
-		share:       int64(max(opts.FallbackShare, 1)),
+		store:         opts.Store,
+		tree:          opts.Tree,
+		style:         opts.HeaderStyle,
+		shadow:        opts.ShadowMode,
+		defaultAlgo:   opts.DefaultAlgorithm,
+		defaultCharge: opts.DefaultCharge,
+		defaultFail:   opts.DefaultFailureMode,
+		timeout:       opts.StoreTimeout,
+		margin:        opts.DeadlineMargin,
+		fallback:      opts.Fallback,
+		share:         int64(max(opts.FallbackShare, 1)),
 		bounds: bounds{
 			descriptors: orDefault(opts.MaxDescriptors, DefaultMaxDescriptors),
 			entries:     orDefault(opts.MaxEntries, DefaultMaxEntries),
@@ -358,6 +383,9 @@ const (
 type descState struct {
 	kind     kind
 	rule     *descriptor.Rule
+	always   bool               // a ChargeKey entry charges every hit always
+	plain    []descriptor.Entry // when always, the entries without ChargeKey
+	charged  bool               // some hit is charged always
 	limits   []descriptor.Limit // the rule's limits, or the one override
 	override bool
 	shadow   bool
@@ -374,6 +402,7 @@ type scratch struct {
 	limits   []*descriptor.Limit // limits[i] is the limit of hits[i]
 	verdicts []algorithm.Verdict
 	entries  []store.Entry
+	plain    []descriptor.Entry // the entries of marked descriptors, marker removed
 	buf      []byte
 	// The fallback's hits and verdicts, used only while the store fails.
 	localHits     []store.Hit
@@ -388,6 +417,7 @@ func (s *scratch) reset() {
 	s.limits = s.limits[:0]
 	s.verdicts = s.verdicts[:0]
 	s.entries = s.entries[:0]
+	s.plain = s.plain[:0]
 	s.buf = s.buf[:0]
 	s.localHits = s.localHits[:0]
 }
@@ -427,7 +457,8 @@ func (l *Limiter) CheckInto(ctx context.Context, req *Request, resp *Response) (
 		ctx, tr = l.startCheck(ctx, req)
 		defer func() { tr.end(resp, err) }()
 	}
-	if err := l.bounds.validate(req); err != nil {
+	marked, err := l.bounds.validate(req)
+	if err != nil {
 		return err
 	}
 	start := l.now()
@@ -458,7 +489,7 @@ func (l *Limiter) CheckInto(ctx context.Context, req *Request, resp *Response) (
 		l.pool.Put(s)
 	}()
 
-	l.resolve(s, dom, req)
+	l.resolve(s, dom, req, marked)
 	l.buildHits(s, dom, req)
 
 	var storeErr error
@@ -536,6 +567,8 @@ func (l *Limiter) CheckInto(ctx context.Context, req *Request, resp *Response) (
 			}
 			if storeErr != nil && !st.local {
 				result = resultDegraded
+			} else if st.charged {
+				l.countPastLimit(ctx, s, st, labels, req.Domain, dom)
 			}
 			if st.quota {
 				quotaSeen++
@@ -569,13 +602,31 @@ func (l *Limiter) CheckInto(ctx context.Context, req *Request, resp *Response) (
 }
 
 // resolve matches every descriptor of req to its rule and fills s.descs.
-func (l *Limiter) resolve(s *scratch, dom *descriptor.Domain, req *Request) {
+// marked says whether any descriptor carries a ChargeKey entry.
+func (l *Limiter) resolve(s *scratch, dom *descriptor.Domain, req *Request, marked bool) {
 	s.descs = grow(s.descs, len(req.Descriptors))
+	if marked {
+		// Room for every entry at once, so that the slices of s.plain
+		// taken below are never moved by a later append.
+		n := 0
+		for i := range req.Descriptors {
+			n += len(req.Descriptors[i].Entries)
+		}
+		if cap(s.plain) < n {
+			s.plain = make([]descriptor.Entry, 0, n)
+		}
+	}
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
 		st := &s.descs[i]
 		*st = descState{}
-		rule := dom.Match(d.Entries)
+		entries := d.Entries
+		if marked {
+			if st.plain, st.always = s.unmark(d.Entries); st.always {
+				entries = st.plain
+			}
+		}
+		rule := dom.Match(entries)
 		st.rule = rule
 		switch {
 		case rule != nil && rule.Action == descriptor.ActionDeny:
@@ -588,9 +639,15 @@ func (l *Limiter) resolve(s *scratch, dom *descriptor.Domain, req *Request) {
 			// a rule matches, replaces an unlimited rule's exemption, and
 			// ignores the rule's shadow and quota mode. The rule's algorithm
 			// still counts it.
-			algo := l.defaultAlgo
-			if rule != nil && len(rule.Limits) > 0 && rule.Limits[0].Algorithm != 0 {
-				algo = rule.Limits[0].Algorithm
+			algo, charge := l.defaultAlgo, l.defaultCharge
+			if rule != nil && len(rule.Limits) > 0 {
+				if rule.Limits[0].Algorithm != 0 {
+					algo = rule.Limits[0].Algorithm
+				}
+				charge = rule.Limits[0].Charge
+			}
+			if st.always {
+				charge = algorithm.ChargeAlways
 			}
 			// The override's Status.Limit points into this slice, so it
 			// outlives the pooled scratch.
@@ -599,6 +656,7 @@ func (l *Limiter) resolve(s *scratch, dom *descriptor.Domain, req *Request) {
 				UnitMultiplier:  max(d.Override.UnitMultiplier, 1),
 				RequestsPerUnit: d.Override.RequestsPerUnit,
 				Algorithm:       algo,
+				Charge:          charge,
 			}}
 			st.kind = kindCounted
 			st.override = true
@@ -616,6 +674,30 @@ func (l *Limiter) resolve(s *scratch, dom *descriptor.Domain, req *Request) {
 			st.quota = rule.QuotaMode
 		}
 	}
+}
+
+// unmark returns entries without their ChargeKey entries, copied into
+// s.plain, and true; or nil and false when entries have none.
+// bounds.validate has checked their values.
+func (s *scratch) unmark(entries []descriptor.Entry) ([]descriptor.Entry, bool) {
+	at := -1
+	for j := range entries {
+		if entries[j].Key == ChargeKey {
+			at = j
+			break
+		}
+	}
+	if at < 0 {
+		return nil, false
+	}
+	first := len(s.plain)
+	s.plain = append(s.plain, entries[:at]...)
+	for _, e := range entries[at+1:] {
+		if e.Key != ChargeKey {
+			s.plain = append(s.plain, e)
+		}
+	}
+	return s.plain[first:len(s.plain):len(s.plain)], true
 }
 
 // replaced reports whether lim, a limit of rule, is replaced: whether its
@@ -642,10 +724,11 @@ func (s *scratch) replaced(rule *descriptor.Rule, lim *descriptor.Limit) bool {
 }
 
 // buildHits appends one hit per applicable limit of every counted
-// descriptor to s.hits.
+// descriptor to s.hits. The hits of a descriptor marked with ChargeKey are
+// charged always, whatever their limits say.
 func (l *Limiter) buildHits(s *scratch, dom *descriptor.Domain, req *Request) {
 	// A deny list rejects the request whatever the counts, so the other
-	// descriptors' hits only check.
+	// descriptors' hits only check, except the always-charged ones.
 	anyReplaces, denied := false, false
 	for i := range s.descs {
 		st := &s.descs[i]
@@ -668,7 +751,11 @@ func (l *Limiter) buildHits(s *scratch, dom *descriptor.Domain, req *Request) {
 		// pattern in place of the value where the rule sets one. An
 		// override counts the request's own entries.
 		first := len(s.entries)
-		for j, e := range d.Entries {
+		plain := d.Entries
+		if st.always {
+			plain = st.plain
+		}
+		for j, e := range plain {
 			v := e.Value
 			if !st.override && st.rule != nil && j < len(st.rule.Shared) && st.rule.Shared[j] != "" {
 				v = st.rule.Shared[j]
@@ -693,9 +780,6 @@ func (l *Limiter) buildHits(s *scratch, dom *descriptor.Domain, req *Request) {
 		if d.Refund {
 			cost = -cost
 		}
-		if denied {
-			cost = min(cost, 0)
-		}
 
 		st.firstHit = len(s.hits)
 		for j := range st.limits {
@@ -711,6 +795,12 @@ func (l *Limiter) buildHits(s *scratch, dom *descriptor.Domain, req *Request) {
 				Cost:    cost,
 				Soft:    st.shadow || st.quota,
 			})
+			if h := &s.hits[len(s.hits)-1]; st.always || h.Limit.Charge == algorithm.ChargeAlways {
+				h.Limit.Charge = algorithm.ChargeAlways
+				st.charged = true
+			} else if denied {
+				h.Cost = min(h.Cost, 0)
+			}
 			s.limits = append(s.limits, lim)
 		}
 		st.nHits = len(s.hits) - st.firstHit
@@ -720,13 +810,26 @@ func (l *Limiter) buildHits(s *scratch, dom *descriptor.Domain, req *Request) {
 	}
 }
 
+// countPastLimit adds to tollgate_charged_past_limit_hits the costs of
+// st's always-charged hits that the store rejected, and so charged past
+// their limits.
+func (l *Limiter) countPastLimit(ctx context.Context, s *scratch, st *descState, labels *labelCache, domain string, dom *descriptor.Domain) {
+	for h := st.firstHit; h < st.firstHit+st.nHits; h++ {
+		hit := &s.hits[h]
+		if hit.Limit.Charge == algorithm.ChargeAlways && hit.Cost > 0 && !s.verdicts[h].Allowed {
+			l.metrics.pastLimit.Add(ctx, hit.Cost, labels.set(domain, dom, st, s.limits[h]).pastLimit...)
+		}
+	}
+}
+
 // refund gives back what the admitted hits of a rejected request consumed,
-// keeping the request all or nothing when only soft hits rejected it. A
-// failure is counted as a store error.
+// keeping the request all or nothing when only soft hits rejected it.
+// Always-charged hits keep their cost. A failure is counted as a store
+// error.
 func (l *Limiter) refund(ctx context.Context, s *scratch) {
 	n := 0
 	for i := range s.hits {
-		if s.verdicts[i].Allowed && s.hits[i].Cost > 0 {
+		if s.verdicts[i].Allowed && s.hits[i].Cost > 0 && s.hits[i].Limit.Charge != algorithm.ChargeAlways {
 			s.hits[n] = s.hits[i]
 			s.hits[n].Cost = -s.hits[n].Cost
 			s.hits[n].Soft = true
@@ -823,8 +926,8 @@ func (l *Limiter) decideLocally(ctx context.Context, s *scratch) {
 		return
 	}
 	// A descriptor failing closed rejects the request, which must then
-	// charge nothing, so the local hits only check. (A deny list has
-	// already made them checks.)
+	// charge nothing, so the local hits only check, except the
+	// always-charged ones. (A deny list has already made them checks.)
 	rejected := false
 	for i := range s.descs {
 		st := &s.descs[i]
@@ -840,7 +943,7 @@ func (l *Limiter) decideLocally(ctx context.Context, s *scratch) {
 		for _, h := range s.hits[st.firstHit : st.firstHit+st.nHits] {
 			h.Limit.Requests = shareOf(h.Limit.Requests, l.share)
 			h.Limit.Burst = shareOf(h.Limit.Burst, l.share)
-			if rejected {
+			if rejected && h.Limit.Charge != algorithm.ChargeAlways {
 				h.Cost = min(h.Cost, 0)
 			}
 			s.localHits = append(s.localHits, h)

@@ -59,6 +59,7 @@ const maxLabelSets = 1 << 14
 // metrics holds the engine's instruments.
 type metrics struct {
 	decisions   metric.Int64Counter
+	pastLimit   metric.Int64Counter
 	storeErrors metric.Int64Counter
 	latency     metric.Float64Histogram
 
@@ -72,6 +73,12 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	m.decisions, err = meter.Int64Counter("tollgate_decisions",
 		metric.WithDescription("Descriptors decided, by domain, rule, limit name and result."),
 		metric.WithUnit("{descriptor}"))
+	if err != nil {
+		return nil, err
+	}
+	m.pastLimit, err = meter.Int64Counter("tollgate_charged_past_limit_hits",
+		metric.WithDescription("Hits charged though over the limit (charge always), by domain, rule and limit name."),
+		metric.WithUnit("{hit}"))
 	if err != nil {
 		return nil, err
 	}
@@ -93,13 +100,20 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 }
 
 // labelSet holds the measurement options of one (domain, rule, limit) for
-// every result.
+// every result of tollgate_decisions, and for
+// tollgate_charged_past_limit_hits.
 type labelSet struct {
-	opts [numResults][]metric.AddOption
+	opts      [numResults][]metric.AddOption
+	pastLimit []metric.AddOption
 }
 
 func newLabelSet(domain, rule, limit string) *labelSet {
 	ls := new(labelSet)
+	ls.pastLimit = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(
+		attribute.String("domain", domain),
+		attribute.String("rule", rule),
+		attribute.String("limit", limit),
+	))}
 	for r := range numResults {
 		set := attribute.NewSet(
 			attribute.String("domain", domain),
@@ -146,6 +160,12 @@ func (l *Limiter) labelsFor(tree *descriptor.Tree) *labelCache {
 // options returns the measurement options for a descriptor of domain that
 // resolved to rule and, when counted, was reported against lim.
 func (c *labelCache) options(domain string, dom *descriptor.Domain, st *descState, lim *descriptor.Limit, r result) []metric.AddOption {
+	return c.set(domain, dom, st, lim).opts[r]
+}
+
+// set returns the label set of a descriptor of domain that resolved to
+// st.rule and, when counted, was reported against lim.
+func (c *labelCache) set(domain string, dom *descriptor.Domain, st *descState, lim *descriptor.Limit) *labelSet {
 	var key any
 	var rule, name string
 	switch {
@@ -161,7 +181,7 @@ func (c *labelCache) options(domain string, dom *descriptor.Domain, st *descStat
 		key = dom
 	}
 	if v, ok := c.sets.Load(key); ok {
-		return v.(*labelSet).opts[r]
+		return v.(*labelSet)
 	}
 	ls := newLabelSet(domain, rule, name)
 	if c.n.Load() < maxLabelSets {
@@ -171,5 +191,5 @@ func (c *labelCache) options(domain string, dom *descriptor.Domain, st *descStat
 			c.n.Add(1)
 		}
 	}
-	return ls.opts[r]
+	return ls
 }
