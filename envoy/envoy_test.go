@@ -20,10 +20,14 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/stream/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_to_metadata/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/tollgatehq/tollgate/envoy/internal/envoytest"
@@ -41,6 +45,24 @@ const (
 	readme         = "README.md"
 	configExamples = "../config-examples"
 )
+
+// The descriptor entry that makes tollgate charge a descriptor's hits
+// whatever the verdict (issue 14): it is removed before matching, so the
+// descriptor names the same rule and counter as without it; another value
+// is InvalidArgument.
+const (
+	chargeKey    = "tollgate.charge"
+	chargeAlways = "always"
+)
+
+// rateLimitMetadata is the access-log operator that prints what tollgate
+// put in the ratelimit filter's dynamic metadata under its own key: per
+// descriptor, the rule that decided, its code and what remains.
+const rateLimitMetadata = "%DYNAMIC_METADATA(" + envoytest.FilterName + ":tollgate)%"
+
+// metadataHits is a hits_addend read from the dynamic metadata, as Envoy
+// Gateway writes cost.response: %DYNAMIC_METADATA(namespace:key)%.
+var metadataHits = regexp.MustCompile(`^%DYNAMIC_METADATA\([^:()%]+:[^()%]+\)%$`)
 
 // httpProtocolOptions is the key under which a cluster's
 // typed_extension_protocol_options hold its upstream HTTP protocol.
@@ -241,6 +263,7 @@ func wiringProblems(b *bootstrapv3.Bootstrap, tree *descriptor.Tree, grpcPort ui
 			add("local_reply_config is set: it could rewrite tollgate's 429 body and content-type")
 		}
 		problems = append(problems, routeProblems(f, tree)...)
+		problems = append(problems, accessLogProblems(f.hcm)...)
 
 		name := rl.GetRateLimitService().GetGrpcService().GetEnvoyGrpc().GetClusterName()
 		c := clusters[name]
@@ -319,9 +342,72 @@ func routeProblems(f rateLimitFilter, tree *descriptor.Tree) []string {
 			if rt.GetRoute() == nil && (pr != nil || len(vh.GetRateLimits()) > 0) {
 				add("route %s does not forward to a cluster: Envoy never rate-limits it", routeName(rt, i))
 			}
+			for _, p := range tokenBudgetProblems(pr.GetRateLimits()) {
+				add("route %s: %s", routeName(rt, i), p)
+			}
 		}
 	}
 	return problems
+}
+
+// tokenBudgetProblems checks the stream-done entries of a route's
+// per-route rate_limits: each reports a number read from the dynamic
+// metadata, carries tollgate.charge=always so that a report larger than
+// what remains still counts, and charges the counter of a request-time
+// check of cost 0, so that the next request sees the report.
+func tokenBudgetProblems(limits []*routev3.RateLimit) []string {
+	var problems []string
+	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	for i, rl := range limits {
+		if !rl.GetApplyOnStreamDone() {
+			continue
+		}
+		if f := rl.GetHitsAddend().GetFormat(); !metadataHits.MatchString(f) {
+			add("rate_limits[%d] (stream done): hits_addend.format is %q, want %%DYNAMIC_METADATA(namespace:key)%%, the usage the response reported", i, f)
+		}
+		var marker *routev3.RateLimit_Action_GenericKey
+		var rest []*routev3.RateLimit_Action
+		for _, a := range rl.GetActions() {
+			if gk := a.GetGenericKey(); gk != nil && gk.GetDescriptorKey() == chargeKey {
+				marker = gk
+				continue
+			}
+			rest = append(rest, a)
+		}
+		switch {
+		case marker == nil:
+			add("rate_limits[%d] (stream done): no generic_key %s=%s: tollgate would drop a report larger than what remains under a rule charged admitted", i, chargeKey, chargeAlways)
+		case marker.GetDescriptorValue() != chargeAlways:
+			add("rate_limits[%d] (stream done): %s=%s: tollgate answers InvalidArgument to any value but %s", i, chargeKey, marker.GetDescriptorValue(), chargeAlways)
+		}
+		checked := slices.ContainsFunc(limits, func(c *routev3.RateLimit) bool {
+			return !c.GetApplyOnStreamDone() && c.GetHitsAddend().GetNumber() != nil && c.GetHitsAddend().GetNumber().GetValue() == 0 &&
+				slices.EqualFunc(c.GetActions(), rest, func(a, b *routev3.RateLimit_Action) bool { return proto.Equal(a, b) })
+		})
+		if !checked {
+			add("rate_limits[%d] (stream done): no request-time entry with hits_addend 0 and the same actions: the report charges a counter that no request is checked against", i)
+		}
+	}
+	return problems
+}
+
+// accessLogProblems checks that the connection manager logs which rule
+// decided each request.
+func accessLogProblems(hcm *hcmv3.HttpConnectionManager) []string {
+	for _, al := range hcm.GetAccessLog() {
+		m, err := al.GetTypedConfig().UnmarshalNew()
+		if err != nil {
+			return []string{fmt.Sprintf("access log %s: %v", al.GetName(), err)}
+		}
+		js, err := protojson.Marshal(m)
+		if err != nil {
+			return []string{fmt.Sprintf("access log %s: %v", al.GetName(), err)}
+		}
+		if strings.Contains(string(js), rateLimitMetadata) {
+			return nil
+		}
+	}
+	return []string{fmt.Sprintf("connection manager %s: no access log prints %s, the rule that decided", hcm.GetStatPrefix(), rateLimitMetadata)}
 }
 
 // clusterProblems checks the cluster of the rate-limit service.
@@ -488,21 +574,42 @@ func expected(f rateLimitFilter, tree *descriptor.Tree, req envoytest.Request) (
 		return "", "", "", "", err
 	}
 	route, domain = "`"+matchString(rt.GetMatch())+"`", "`"+call.Domain+"`"
-	if len(call.Descriptors) == 0 {
+	done, err := envoytest.StreamDoneCall(f.config, vhs[0], req)
+	if err != nil {
+		return "", "", "", "", err
+	}
+	if len(call.Descriptors)+len(done.Descriptors) == 0 {
 		return route, domain, "(none)", "no call", nil
 	}
 	var ds, rs []string
 	d := tree.Domain(call.Domain)
-	for _, entries := range call.Descriptors {
-		ds = append(ds, "`"+envoytest.String(entries)+"`")
-		x := d.Explain(entries)
-		if x.Rule == nil {
-			rs = append(rs, "no rule")
-			continue
+	for _, c := range []struct {
+		prefix string
+		call   envoytest.Call
+	}{{"", call}, {"on stream done: ", done}} {
+		for i, entries := range c.call.Descriptors {
+			cell := c.prefix + "`" + envoytest.String(entries) + "`"
+			if h := c.call.Hits[i]; h != nil {
+				cell += " hits `" + envoytest.HitsString(h) + "`"
+			}
+			ds = append(ds, cell)
+			x := d.Explain(withoutChargeMarker(entries))
+			if x.Rule == nil {
+				rs = append(rs, "no rule")
+				continue
+			}
+			rs = append(rs, "`"+x.Rule.Path+"`: "+outcome(x.Rule))
 		}
-		rs = append(rs, "`"+x.Rule.Path+"`: "+outcome(x.Rule))
 	}
 	return route, domain, strings.Join(ds, "<br>"), strings.Join(rs, "<br>"), nil
+}
+
+// withoutChargeMarker returns entries without tollgate.charge=always, as
+// tollgate matches them.
+func withoutChargeMarker(entries []descriptor.Entry) []descriptor.Entry {
+	return slices.DeleteFunc(slices.Clone(entries), func(e descriptor.Entry) bool {
+		return e.Key == chargeKey && e.Value == chargeAlways
+	})
 }
 
 // outcome describes what a rule does, as the README's rules column says.
@@ -633,14 +740,14 @@ func TestBreakingTheDemo(t *testing.T) {
 		edit: func(b *bootstrapv3.Bootstrap) {
 			editHCM(b, "demo", func(m *hcmv3.HttpConnectionManager) {
 				hf := m.HttpFilters
-				hf[0], hf[1] = hf[1], hf[0]
+				hf[len(hf)-2], hf[len(hf)-1] = hf[len(hf)-1], hf[len(hf)-2]
 			})
 		},
 		want: "the last HTTP filter is envoy.filters.http.ratelimit, want the router",
 	}, {
 		name: "unknown domain",
 		old:  "domain: access", new: "domain: acces",
-		want: `filter domain "acces" is not configured in config-examples (configured: access, algorithms, endpoints, legacy, tenants, tiers)`,
+		want: `filter domain "acces" is not configured in config-examples (configured: access, algorithms, endpoints, legacy, llm, tenants, tiers)`,
 	}, {
 		name: "unknown route domain",
 		old:  "domain: tiers", new: "domain: tier",
@@ -674,6 +781,52 @@ func TestBreakingTheDemo(t *testing.T) {
 			})
 		},
 		want: "route 4 (path /export) does not forward to a cluster: Envoy never rate-limits it",
+	}, {
+		name: "report without the charge marker",
+		old:  "                                    - generic_key: { descriptor_key: tollgate.charge, descriptor_value: always }\n", new: "",
+		want: "route 5 (prefix /v1/): rate_limits[1] (stream done): no generic_key tollgate.charge=always",
+	}, {
+		name: "charge marker value",
+		old:  "descriptor_key: tollgate.charge, descriptor_value: always", new: "descriptor_key: tollgate.charge, descriptor_value: \"true\"",
+		want: "route 5 (prefix /v1/): rate_limits[1] (stream done): tollgate.charge=true: tollgate answers InvalidArgument",
+	}, {
+		name: "report on another counter",
+		old:  "                                    - request_headers: { header_name: x-api-key, descriptor_key: api_key }\n                                    - generic_key", new: "                                    - request_headers: { header_name: x-user-id, descriptor_key: api_key }\n                                    - generic_key",
+		want: "route 5 (prefix /v1/): rate_limits[1] (stream done): no request-time entry with hits_addend 0 and the same actions",
+	}, {
+		name: "check that charges",
+		old:  "hits_addend: { number: 0 }", new: "hits_addend: { number: 1 }",
+		want: "no request-time entry with hits_addend 0",
+	}, {
+		name: "report of a constant",
+		old:  `hits_addend: { format: "%DYNAMIC_METADATA(io.envoy.ai_gateway:llm_total_token)%" }`, new: "hits_addend: { number: 100 }",
+		want: `rate_limits[1] (stream done): hits_addend.format is "", want %DYNAMIC_METADATA(namespace:key)%`,
+	}, {
+		name: "report at request time",
+		old:  "                                  apply_on_stream_done: true\n", new: "",
+		want: "descriptors cell is",
+	}, {
+		name: "hits_addend on the route",
+		edit: func(b *bootstrapv3.Bootstrap) {
+			editHCM(b, "demo", func(m *hcmv3.HttpConnectionManager) {
+				rt := m.GetRouteConfig().GetVirtualHosts()[0].GetRoutes()[5]
+				var pr ratelimitv3.RateLimitPerRoute
+				if err := rt.GetTypedPerFilterConfig()[envoytest.FilterName].UnmarshalTo(&pr); err != nil {
+					panic(err)
+				}
+				rt.GetRoute().RateLimits, pr.RateLimits = pr.RateLimits, nil
+				a, err := anypb.New(&pr)
+				if err != nil {
+					panic(err)
+				}
+				rt.TypedPerFilterConfig[envoytest.FilterName] = a
+			})
+		},
+		want: "Envoy ignores it",
+	}, {
+		name: "no access log of the deciding rule",
+		old:  "DYNAMIC_METADATA(envoy.filters.http.ratelimit:tollgate)", new: "DYNAMIC_METADATA(envoy.filters.http.ratelimit)",
+		want: "connection manager demo: no access log prints %DYNAMIC_METADATA(envoy.filters.http.ratelimit:tollgate)%",
 	}, {
 		name: "wrong generic_key",
 		old:  "descriptor_value: report", new: "descriptor_value: reports",

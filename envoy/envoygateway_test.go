@@ -552,6 +552,17 @@ func ruleProblems(rule RateLimitRule, opts descriptor.Options) []string {
 				add("cost.%s: from %s without %s", s.name, sp.From, strings.ToLower(sp.From))
 			}
 		}
+		// A usage report after the response, as Envoy AI Gateway
+		// documents it: the request only checks the budget (cost 0), and
+		// the response reports a number read from the dynamic metadata.
+		if r := c.Response; r != nil {
+			if r.From != "Metadata" {
+				add("cost.response.from is %s, want Metadata: the usage the response reported", r.From)
+			}
+			if q := c.Request; q == nil || q.From != "Number" || q.Number == nil || *q.Number != 0 {
+				add("cost.response without cost.request number 0: every request would also take 1 (or more) from the budget it reports usage to")
+			}
+		}
 	}
 	// Envoy Gateway sends each rule to the rate-limit service as a
 	// descriptor with rate_limit {unit: UPPER, requests_per_unit}; load
@@ -568,7 +579,7 @@ func ruleProblems(rule RateLimitRule, opts descriptor.Options) []string {
 func TestBreakingTheEnvoyGatewayExample(t *testing.T) {
 	facts := loadDeployFacts(t)
 	good := filesOfKind(t, "envoy-gateway")
-	const config, policy = "envoy-gateway/envoy-gateway-config.yaml", "envoy-gateway/policy.yaml"
+	const config, policy, tokens = "envoy-gateway/envoy-gateway-config.yaml", "envoy-gateway/policy.yaml", "envoy-gateway/token-budget.yaml"
 	tests := []struct {
 		name, file, old, new string
 		want                 string
@@ -582,13 +593,17 @@ func TestBreakingTheEnvoyGatewayExample(t *testing.T) {
 		{"no backend type", config, "type: Redis", "type: Memcache", `rateLimit.backend.type is "Memcache", want Redis`},
 		{"unknown policy field", policy, "requests: 100\n", "requests: 100\n            burst: 10\n", `unknown field "spec.rateLimit.global.rules[0].limit.burst"`},
 		{"unit Envoy Gateway rejects", policy, "unit: Minute", "unit: minute", `limit.unit "minute" is not one of`},
-		{"week", policy, "unit: Hour", "unit: Week", `limit.unit "Week" is not one of`},
+		{"week", tokens, "unit: Hour", "unit: Week", `limit.unit "Week" is not one of`},
 		{"missing route", policy, "kind: HTTPRoute\n      name: backend", "kind: HTTPRoute\n      name: frontend", "targets HTTPRoute default/frontend, which is not here"},
-		{"missing gateway", policy, "kind: Gateway\n      name: eg", "kind: Gateway\n      name: eg2", "targets Gateway default/eg2, which is not here"},
+		{"missing gateway", tokens, "kind: Gateway\n      name: eg", "kind: Gateway\n      name: eg2", "targets Gateway default/eg2, which is not here"},
 		{"distinct with value", policy, "type: Distinct\n          limit:\n            requests: 100", "type: Distinct\n                  value: x\n          limit:\n            requests: 100", "a Distinct match takes no value"},
 		{"header type", policy, "type: Exact", "type: Prefix", `type "Prefix" is not one of`},
-		{"cost number and metadata", policy, "number: 1\n", "number: 1\n              metadata: {namespace: a, key: b}\n", "cost.request: only one of number or metadata"},
-		{"cost from", policy, "from: Metadata", "from: Header", `cost.response.from "Header" is not one of`},
+		{"cost number and metadata", tokens, "number: 0\n", "number: 0\n              metadata: {namespace: a, key: b}\n", "cost.request: only one of number or metadata"},
+		{"cost from", tokens, "from: Metadata", "from: Header", `cost.response.from "Header" is not one of`},
+		{"request cost charges", tokens, "number: 0", "number: 1", "cost.response without cost.request number 0"},
+		{"no request cost", tokens, "            request:\n              from: Number\n              number: 0\n", "", "cost.response without cost.request number 0"},
+		{"response cost constant", tokens, "            response:\n              from: Metadata\n              metadata:\n                namespace: io.envoy.ai_gateway\n                key: llm_total_token\n", "            response:\n              from: Number\n              number: 10\n", "cost.response.from is Number, want Metadata"},
+		{"misspelled cost field", tokens, "namespace: io.envoy.ai_gateway", "namespaces: io.envoy.ai_gateway", `unknown field "spec.rateLimit.global.rules[0].cost.response.metadata.namespaces"`},
 		{"route on no gateway", policy, "  parentRefs:\n    - name: eg", "  parentRefs:\n    - name: gw", "parentRef default/gw is no Gateway here"},
 		{"another controller", policy, "controllerName: gateway.envoyproxy.io/gatewayclass-controller", "controllerName: example.com/other", `controllerName "example.com/other", but Envoy Gateway is`},
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"regexp"
+	"strconv"
 	"strings"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -58,13 +59,27 @@ func (r Request) pathOnly() string {
 	return p
 }
 
-// Call is what the rate-limit filter sends for one request: the domain and
-// the descriptors, in order. A Call without descriptors means the filter
-// does not call the service at all.
+// Call is what the rate-limit filter sends in one call to the service: the
+// domain and the descriptors, in order, each with the hits_addend of the
+// rate_limits entry that made it (nil when the entry sets none). A Call
+// without descriptors means the filter does not call the service at all.
 type Call struct {
 	Domain      string
 	Descriptors [][]descriptor.Entry
+	Hits        []*routev3.RateLimit_HitsAddend
 }
+
+// Phase says which call of the filter a rate_limits entry takes part in.
+type Phase int
+
+const (
+	// OnRequest is the call made before the request goes upstream, whose
+	// answer admits or rejects it: entries without apply_on_stream_done.
+	OnRequest Phase = iota
+	// OnStreamDone is the call made once the stream is complete, whose
+	// answer Envoy ignores: entries with apply_on_stream_done (Envoy 1.33).
+	OnStreamDone
+)
 
 // Route picks the route of vh that Envoy would choose for req: the first
 // whose match accepts it. It returns nil when none does.
@@ -202,12 +217,24 @@ func PerRoute(vh *routev3.VirtualHost, rt *routev3.Route) (*ratelimitv3.RateLimi
 }
 
 // RateLimitCall computes what filter sends for req on the virtual host
-// vh: the route Envoy picks, the domain (the per-route one, else the
-// filter's), and one descriptor per rate_limits entry whose actions all
-// succeed. It follows Envoy's precedence: the per-route rate_limits, else
-// the filter's own, else the route's; the virtual host's when the route
-// has none (the default vh_rate_limits, OVERRIDE) or asks to include them.
+// vh before the request goes upstream: the route Envoy picks, the domain
+// (the per-route one, else the filter's), and one descriptor per
+// rate_limits entry whose actions all succeed. It follows Envoy's
+// precedence: the per-route rate_limits, else the filter's own, else the
+// route's; the virtual host's when the route has none (the default
+// vh_rate_limits, OVERRIDE) or asks to include them.
 func RateLimitCall(filter *ratelimitv3.RateLimit, vh *routev3.VirtualHost, req Request) (Call, error) {
+	return rateLimitCall(filter, vh, req, OnRequest)
+}
+
+// StreamDoneCall computes, as RateLimitCall does, what filter sends for
+// req once the stream is done: the descriptors of the entries with
+// apply_on_stream_done.
+func StreamDoneCall(filter *ratelimitv3.RateLimit, vh *routev3.VirtualHost, req Request) (Call, error) {
+	return rateLimitCall(filter, vh, req, OnStreamDone)
+}
+
+func rateLimitCall(filter *ratelimitv3.RateLimit, vh *routev3.VirtualHost, req Request, phase Phase) (Call, error) {
 	rt, err := Route(vh, req)
 	if err != nil || rt == nil {
 		return Call{}, err
@@ -230,12 +257,17 @@ func RateLimitCall(filter *ratelimitv3.RateLimit, vh *routev3.VirtualHost, req R
 		return Call{}, fmt.Errorf("filter stage %d: %w", filter.GetStage(), ErrUnsupported)
 	}
 	var limits []*routev3.RateLimit
+	// Envoy reads hits_addend only in the rate_limits of the filter's
+	// configuration (RateLimitPerRoute's or the filter's own), never in
+	// a route's or a virtual host's.
+	embedded := true
 	switch {
 	case len(pr.GetRateLimits()) > 0:
 		limits = pr.GetRateLimits()
 	case len(filter.GetRateLimits()) > 0:
 		limits = filter.GetRateLimits()
 	default:
+		embedded = false
 		opt := pr.GetVhRateLimits()
 		includeVH := action.GetIncludeVhRateLimits().GetValue() || opt == ratelimitv3.RateLimitPerRoute_INCLUDE
 		overrideVH := !includeVH && opt == ratelimitv3.RateLimitPerRoute_OVERRIDE && len(action.GetRateLimits()) == 0
@@ -244,32 +276,49 @@ func RateLimitCall(filter *ratelimitv3.RateLimit, vh *routev3.VirtualHost, req R
 			limits = append(limits, vh.GetRateLimits()...)
 		}
 	}
-	call.Descriptors, err = Descriptors(limits, req)
+	call.Descriptors, call.Hits, err = descriptors(limits, req, phase, embedded)
 	return call, err
 }
 
+// ErrIgnoredHitsAddend reports a hits_addend where Envoy does not read it:
+// in a route's or a virtual host's rate_limits.
+var ErrIgnoredHitsAddend = errors.New("hits_addend outside the rate-limit filter's configuration (RateLimitPerRoute.rate_limits or the filter's rate_limits): Envoy ignores it")
+
 // Descriptors returns the descriptor that each of limits produces for
-// req, in order, leaving out those with an action that fails (a missing
-// header, a header match that does not hold), as Envoy does. Only stage-0
-// entries count: those are what a filter with the default stage sends.
+// req on the request path, in order, leaving out those with an action
+// that fails (a missing header, a header match that does not hold), as
+// Envoy does. Only stage-0 entries without apply_on_stream_done count:
+// those are what a filter with the default stage sends before the request
+// goes upstream. limits are a route's or a virtual host's, where a
+// hits_addend is an error.
 func Descriptors(limits []*routev3.RateLimit, req Request) ([][]descriptor.Entry, error) {
+	out, _, err := descriptors(limits, req, OnRequest, false)
+	return out, err
+}
+
+func descriptors(limits []*routev3.RateLimit, req Request, phase Phase, embedded bool) ([][]descriptor.Entry, []*routev3.RateLimit_HitsAddend, error) {
 	var out [][]descriptor.Entry
+	var hits []*routev3.RateLimit_HitsAddend
 	for i, rl := range limits {
-		if rl.GetStage().GetValue() != 0 {
-			continue
+		if rl.GetDisableKey() != "" || rl.GetLimit() != nil {
+			return nil, nil, fmt.Errorf("rate_limits[%d]: disable_key or limit: %w", i, ErrUnsupported)
 		}
-		if rl.GetDisableKey() != "" || rl.GetLimit() != nil || rl.GetHitsAddend() != nil || rl.GetApplyOnStreamDone() {
-			return nil, fmt.Errorf("rate_limits[%d]: disable_key, limit, hits_addend or apply_on_stream_done: %w", i, ErrUnsupported)
+		if rl.GetHitsAddend() != nil && !embedded {
+			return nil, nil, fmt.Errorf("rate_limits[%d]: %w", i, ErrIgnoredHitsAddend)
+		}
+		if rl.GetStage().GetValue() != 0 || rl.GetApplyOnStreamDone() != (phase == OnStreamDone) {
+			continue
 		}
 		entries, ok, err := actionsEntries(rl.GetActions(), req)
 		if err != nil {
-			return nil, fmt.Errorf("rate_limits[%d]: %w", i, err)
+			return nil, nil, fmt.Errorf("rate_limits[%d]: %w", i, err)
 		}
 		if ok {
 			out = append(out, entries)
+			hits = append(hits, rl.GetHitsAddend())
 		}
 	}
-	return out, nil
+	return out, hits, nil
 }
 
 // actionsEntries applies actions in order; ok is false when one fails.
@@ -333,4 +382,21 @@ func String(entries []descriptor.Entry) string {
 		parts[i] = e.Key + "=" + e.Value
 	}
 	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+// HitsString formats a hits_addend as the README does: its number or its
+// format string, after a "-" when it refunds (is_negative_hits); "" for
+// none.
+func HitsString(h *routev3.RateLimit_HitsAddend) string {
+	if h == nil {
+		return ""
+	}
+	s := h.GetFormat()
+	if h.GetNumber() != nil {
+		s = strconv.FormatUint(h.GetNumber().GetValue(), 10)
+	}
+	if h.GetIsNegativeHits() {
+		s = "-" + s
+	}
+	return s
 }

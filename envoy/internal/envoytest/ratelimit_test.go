@@ -215,3 +215,66 @@ routes:
 		}
 	}
 }
+
+// TestStreamDoneCall pins the two calls of a route whose per-route
+// rate_limits hold a request-time check and a stream-done report, and
+// that a hits_addend where Envoy ignores it is an error.
+func TestStreamDoneCall(t *testing.T) {
+	var vh routev3.VirtualHost
+	err := envoytest.DecodeYAML([]byte(`
+name: vh
+domains: ["*"]
+routes:
+  - match: {prefix: /v1/}
+    typed_per_filter_config:
+      envoy.filters.http.ratelimit:
+        "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute
+        domain: llm
+        rate_limits:
+          - actions: [{request_headers: {header_name: x-api-key, descriptor_key: api_key}}]
+            hits_addend: {number: 0}
+          - actions: [{request_headers: {header_name: x-api-key, descriptor_key: api_key}}]
+            hits_addend: {format: "%DYNAMIC_METADATA(io.envoy.ai_gateway:llm_total_token)%"}
+            apply_on_stream_done: true
+    route: {cluster: c}
+  - match: {prefix: /}
+    route:
+      cluster: c
+      rate_limits:
+        - actions: [{generic_key: {descriptor_value: v}}]
+          hits_addend: {number: 2}
+`), &vh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := envoytest.Validate(&vh); err != nil {
+		t.Fatal(err)
+	}
+	filter := &ratelimitv3.RateLimit{Domain: "filter"}
+	req := envoytest.Request{Path: "/v1/chat/completions", Headers: map[string]string{"x-api-key": "k1"}}
+	tests := []struct {
+		name string
+		call func(*ratelimitv3.RateLimit, *routev3.VirtualHost, envoytest.Request) (envoytest.Call, error)
+		want string
+	}{
+		{"request", envoytest.RateLimitCall, "llm [api_key=k1] 0"},
+		{"stream done", envoytest.StreamDoneCall, "llm [api_key=k1] %DYNAMIC_METADATA(io.envoy.ai_gateway:llm_total_token)%"},
+	}
+	for _, tt := range tests {
+		call, err := tt.call(filter, &vh, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(call.Descriptors) != 1 || len(call.Hits) != 1 {
+			t.Fatalf("%s: %d descriptors, %d hits; want 1 and 1", tt.name, len(call.Descriptors), len(call.Hits))
+		}
+		got := call.Domain + " " + envoytest.String(call.Descriptors[0]) + " " + envoytest.HitsString(call.Hits[0])
+		if got != tt.want {
+			t.Errorf("%s: got %q, want %q", tt.name, got, tt.want)
+		}
+	}
+	_, err = envoytest.RateLimitCall(filter, &vh, envoytest.Request{Path: "/other"})
+	if !errors.Is(err, envoytest.ErrIgnoredHitsAddend) {
+		t.Fatalf("hits_addend in a route's rate_limits: got %v, want ErrIgnoredHitsAddend", err)
+	}
+}
