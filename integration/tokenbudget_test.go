@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -164,25 +165,21 @@ func (w want) String() string { return w.overall + " [" + strings.Join(w.statuse
 
 // answer formats resp as want.String does.
 func answer(resp *rlsv3.RateLimitResponse) string {
+	code := func(c rlsv3.RateLimitResponse_Code) string {
+		if c == rlsv3.RateLimitResponse_OK {
+			return "OK"
+		}
+		return "OVER"
+	}
 	var statuses []string
 	for _, st := range resp.GetStatuses() {
-		switch st.GetCode() {
-		case rlsv3.RateLimitResponse_OK:
-			statuses = append(statuses, fmt.Sprintf("OK:%d", st.GetLimitRemaining()))
-		default:
-			statuses = append(statuses, st.GetCode().String())
+		s := code(st.GetCode())
+		if s == "OK" {
+			s = fmt.Sprintf("OK:%d", st.GetLimitRemaining())
 		}
+		statuses = append(statuses, s)
 	}
-	overall := "OVER"
-	if resp.GetOverallCode() == rlsv3.RateLimitResponse_OK {
-		overall = "OK"
-	}
-	for i, s := range statuses {
-		if s == rlsv3.RateLimitResponse_OVER_LIMIT.String() {
-			statuses[i] = "OVER"
-		}
-	}
-	return want{overall, statuses}.String()
+	return want{code(resp.GetOverallCode()), statuses}.String()
 }
 
 // TestTokenBudget replays, over gRPC on every store, the calls Envoy makes
@@ -418,8 +415,12 @@ func testNothingLost(t *testing.T, redisType string, addrs []string) {
 						kv = append(kv, marker, "always")
 					}
 					resp, err := svc.send(t, "lost", report(hits, kv...))
-					if err != nil || isDegraded(resp) {
-						errs <- fmt.Errorf("call failed or degraded: %v", err)
+					switch {
+					case err != nil:
+						errs <- err
+						return
+					case isDegraded(resp):
+						errs <- errors.New("degraded answer: the store did not decide")
 						return
 					}
 					if isReport || resp.GetOverallCode() == rlsv3.RateLimitResponse_OK {
