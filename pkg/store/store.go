@@ -38,6 +38,9 @@ type Hit struct {
 	// Soft marks a hit that never blocks the others of its batch (shadow
 	// and quota-mode rules). A rejected soft hit still consumes nothing.
 	Soft bool
+	// Cached marks a hit whose rule's precision is cached: a store that
+	// leases budgets may decide the hit from a lease.
+	Cached bool
 }
 
 // Store applies batches of hits.
