@@ -80,7 +80,7 @@ const (
 	attempts = 3
 	// shareDivisor caps a lease at what its counter held for everyone at
 	// the last grant divided by shareDivisor.
-	shareDivisor = 2
+	shareDivisor = 64
 )
 
 // Store is a store.Store that decides cached hits from leases and passes
@@ -189,6 +189,9 @@ type decision struct {
 	// always marks hits taken from a lease by an always-charged hit,
 	// never given back.
 	always bool
+	// probe marks a strict hit whose verdict tells its counter how much
+	// is left.
+	probe  bool
 	parts  [2]part
 	nparts int
 }
@@ -252,7 +255,7 @@ func (s *Store) Apply(ctx context.Context, hits []store.Hit, verdicts []algorith
 		}
 	}
 	if strict > 0 {
-		if err := s.applyStrict(ctx, hits, ds, verdicts, strict, rejected); err != nil {
+		if err := s.applyStrict(ctx, hits, ds, verdicts, strict, rejected, now); err != nil {
 			s.giveBack(ds, verdicts, now, false)
 			return err
 		}
@@ -271,7 +274,7 @@ func (s *Store) Apply(ctx context.Context, hits []store.Hit, verdicts []algorith
 // applyStrict sends the hits marked inner to the inner store as one
 // batch. When the batch is already rejected, hits that are not always
 // charged are sent as checks (cost 0), for their statuses only.
-func (s *Store) applyStrict(ctx context.Context, hits []store.Hit, ds []decision, verdicts []algorithm.Verdict, n int, rejected bool) error {
+func (s *Store) applyStrict(ctx context.Context, hits []store.Hit, ds []decision, verdicts []algorithm.Verdict, n int, rejected bool, now int64) error {
 	var inlineH [inlineHits]store.Hit
 	var inlineV [inlineHits]algorithm.Verdict
 	var inlineI [inlineHits]int
@@ -295,6 +298,12 @@ func (s *Store) applyStrict(ctx context.Context, hits []store.Hit, ds []decision
 	}
 	for j, i := range si {
 		verdicts[i] = sv[j]
+		if d := &ds[i]; d.probe {
+			sh := &s.shards[d.c.key%shardCount]
+			sh.mu.Lock()
+			d.c.strictAnswer(sv[j], hits[i].Cost, now)
+			sh.mu.Unlock()
+		}
 	}
 	return nil
 }
@@ -461,6 +470,11 @@ func (s *Store) finish(c *counter, ch chan struct{}, at int64, lease algorithm.L
 // grant held.
 func (s *Store) maybeRenew(c *counter, now int64) {
 	if c.renewing != nil || c.queued || c.gone || c.overUntil > now {
+		return
+	}
+	if c.leftAt(now) < 2*shareDivisor {
+		// Near the limit a hit reserved ahead may sit here while another
+		// instance is refused it: reserve only on demand.
 		return
 	}
 	room := c.room()

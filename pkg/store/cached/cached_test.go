@@ -75,8 +75,8 @@ func conserved(t *testing.T, m *memory.Store, s *cached.Store, key string, l alg
 }
 
 var (
-	fixed  = algorithm.Limit{Kind: algorithm.FixedWindow, Requests: 100, Period: hour}
-	bucket = algorithm.Limit{Kind: algorithm.TokenBucket, Requests: 100, Period: hour}
+	fixed  = algorithm.Limit{Kind: algorithm.FixedWindow, Requests: 10_000, Period: hour}
+	bucket = algorithm.Limit{Kind: algorithm.TokenBucket, Requests: 10_000, Period: 100 * hour}
 )
 
 func TestLocalDecisions(t *testing.T) {
@@ -85,7 +85,7 @@ func TestLocalDecisions(t *testing.T) {
 		m, s := newPair(t, cached.Options{MeterProvider: mp})
 		for i := range 50 {
 			v := apply(t, s, hitOn("a", fixed, 1))
-			if !v.Allowed || v.Limit != 100 {
+			if !v.Allowed || v.Limit != 10_000 {
 				t.Fatalf("hit %d: %+v", i, v)
 			}
 			synctest.Wait()
@@ -112,7 +112,7 @@ func TestStatusesAreTheSharedRemainderMinusLocalSpends(t *testing.T) {
 		synctest.Wait()
 		v := apply(t, s, hitOn("a", fixed, 1))
 		synctest.Wait()
-		if want := 100 - 11; v.Remaining != int64(want) {
+		if want := 10_000 - 11; v.Remaining != int64(want) {
 			t.Fatalf("remaining %d, want %d (shared %d, held %d)", v.Remaining, want, shared(t, m, "a", fixed), s.Unspent())
 		}
 		if v.ResetAfter <= 0 || v.ResetAfter > time.Hour {
@@ -195,7 +195,7 @@ func TestEvictionReturnsTheLease(t *testing.T) {
 		}
 		var charged int64
 		for k := range keys {
-			charged += 100 - shared(t, m, fmt.Sprint(k), fixed)
+			charged += 10_000 - shared(t, m, fmt.Sprint(k), fixed)
 		}
 		if want := 3*keys + s.Unspent(); charged != want {
 			t.Fatalf("shared counters charged %d, want %d", charged, want)

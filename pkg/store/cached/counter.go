@@ -126,6 +126,11 @@ func (c *counter) spend(s *Store, h *store.Hit, d *decision, v *algorithm.Verdic
 	case c.overUntil > now:
 		*v = c.over(now)
 		return spendOver
+	case c.leftAt(now) < shareDivisor:
+		// Near the limit a lease would be a single hit held while others
+		// starve: decide strictly, as the shared counter would.
+		d.inner, d.strict, d.probe = true, h.Cost, true
+		return spendStrict
 	}
 	return spendEmpty
 }
@@ -188,10 +193,7 @@ func countdown(d time.Duration, elapsed int64) time.Duration {
 // recent demand, at least need, at most the counter's remainder at the
 // last grant over shareDivisor (but at least one).
 func (c *counter) request(s *Store, need int64) store.LeaseRequest {
-	left := c.left
-	if c.limit.Kind != algorithm.TokenBucket && c.lastAt/c.limit.Period != s.now()/c.limit.Period {
-		left = c.limit.Capacity() // a new window
-	}
+	left := c.leftAt(s.now())
 	want := max(1, c.rateCur, c.ratePrev)
 	want = min(want, max(1, left/shareDivisor))
 	want = max(want, need)
@@ -205,13 +207,33 @@ func (c *counter) request(s *Store, need int64) store.LeaseRequest {
 	}
 }
 
+// leftAt is what the counter held for everyone at the last answer, or
+// its capacity once a new window has started since.
+func (c *counter) leftAt(now int64) int64 {
+	if c.limit.Kind != algorithm.TokenBucket && c.lastAt/c.limit.Period != now/c.limit.Period {
+		return c.limit.Capacity()
+	}
+	return c.left
+}
+
+// strictAnswer takes in the inner store's verdict v on a hit of cost
+// decided strictly at now because the counter was near its limit.
+func (c *counter) strictAnswer(v algorithm.Verdict, cost, now int64) {
+	c.last, c.lastAt, c.lastHits, c.left = v, now, 0, v.Remaining
+	if !v.Allowed && v.RetryAfter > 0 && cost <= 1 {
+		c.overUntil = now + v.RetryAfter.Microseconds()
+	}
+}
+
 // install takes in a lease reserved at at. A grant of nothing marks the
 // counter over until its RetryAfter; a grant to a forgotten counter is
 // given back.
 func (c *counter) install(s *Store, at int64, lease algorithm.Lease) {
 	c.last, c.lastAt, c.lastHits, c.left = lease.Verdict, at, lease.Hits, lease.Verdict.Remaining
 	if lease.Hits == 0 {
-		c.overUntil = at + max(1, lease.Verdict.RetryAfter.Microseconds())
+		// Others may hold unspent leases they will not spend: ask again
+		// after a RenewInterval at the latest.
+		c.overUntil = at + min(max(1, lease.Verdict.RetryAfter.Microseconds()), s.interval)
 		return
 	}
 	c.overUntil = 0

@@ -27,3 +27,10 @@ func (s *Store) Held(h store.Hit) int64 {
 	}
 	return 0
 }
+
+// Decisions returns the hits decided locally (from a lease, or over the
+// limit) and with I/O (after a reservation, or strictly).
+func (s *Store) Decisions() (local, io int64) {
+	p := &s.m.paths
+	return p[pathLocal].Load() + p[pathOverLimit].Load(), p[pathRenewalWait].Load() + p[pathStrict].Load()
+}
