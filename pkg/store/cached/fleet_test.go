@@ -239,3 +239,34 @@ func TestFleetNeverExceedsTheLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestKilledHolder abandons an instance holding leases, without Close and
+// without ever returning them: the fleet still never exceeds the limit,
+// and the capacity lost (hits the limit allowed that were rejected) is at
+// most what the dead instance held.
+func TestKilledHolder(t *testing.T) {
+	l := algorithm.Limit{Kind: algorithm.FixedWindow, Requests: 10_000, Period: second}
+	run := runFleet(t, scenario{limit: l, weights: []int{1, 1, 1}, load: 1.5, periods: 3, kill: 0.4})
+	if run.killedHeld == 0 {
+		t.Fatal("the killed instance held nothing")
+	}
+	admitted, falses := judge(t, l, run.events)
+	perWindow := map[int64]int64{}
+	rejections := map[int64]int64{}
+	for _, e := range run.events {
+		w := e.at - e.at%l.Period
+		if e.allowed {
+			perWindow[w]++
+		} else {
+			rejections[w]++
+		}
+	}
+	var lost int64
+	for w, n := range rejections {
+		lost += min(n, l.Requests-perWindow[w])
+	}
+	t.Logf("killed holding %d hits; %d admitted, %d hits of capacity lost, %d rejections while the fleet was under the limit", run.killedHeld, admitted, lost, falses)
+	if lost > run.killedHeld {
+		t.Fatalf("%d hits of capacity lost, more than the %d the killed instance held", lost, run.killedHeld)
+	}
+}
