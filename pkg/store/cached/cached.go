@@ -79,7 +79,9 @@ const (
 	// decided strictly.
 	attempts = 3
 	// shareDivisor caps a lease at what its counter held for everyone at
-	// the last grant divided by shareDivisor.
+	// the last answer divided by shareDivisor; below shareDivisor left a
+	// hit no lease covers is decided strictly, and below twice that
+	// nothing is reserved ahead (see the package doc).
 	shareDivisor = 64
 )
 
@@ -364,7 +366,7 @@ func (s *Store) counter(h *store.Hit, now int64) (*shard, *counter) {
 	c := sh.m[key]
 	if c == nil {
 		if len(sh.m) >= s.perShard {
-			s.evict(sh, now)
+			s.evict(sh)
 		}
 		c = newCounter(h, key)
 		sh.m[key] = c
@@ -386,7 +388,7 @@ func (s *Store) forgetOver(h *store.Hit) {
 // evict removes the least recently used counter among a sample of a full
 // shard, returning its lease. A reservation in flight for it is given back
 // when it is answered.
-func (s *Store) evict(sh *shard, now int64) {
+func (s *Store) evict(sh *shard) {
 	var victim *counter
 	n := 0
 	for _, c := range sh.m {
@@ -398,18 +400,17 @@ func (s *Store) evict(sh *shard, now int64) {
 		}
 	}
 	if victim != nil {
-		s.remove(sh, victim, now)
+		s.remove(sh, victim)
 		s.m.evictions.Add(1)
 	}
 }
 
 // remove forgets c, whose shard is locked, and queues the return of its
 // unspent hits.
-func (s *Store) remove(sh *shard, c *counter, now int64) {
+func (s *Store) remove(sh *shard, c *counter) {
 	delete(sh.m, c.key)
 	c.gone = true
 	c.release(s)
-	_ = now
 }
 
 // acquire makes sure a reservation for c has been answered since the call:
@@ -635,7 +636,7 @@ func (s *Store) sweep(now int64) {
 		for _, c := range sh.m {
 			c.expire(s, now)
 			if now-c.used >= s.idle && c.renewing == nil && !c.queued {
-				s.remove(sh, c, now)
+				s.remove(sh, c)
 			}
 		}
 		sh.mu.Unlock()
@@ -655,7 +656,7 @@ func (s *Store) Drop(match func(*store.Hit) bool) int {
 		for _, c := range sh.m {
 			h := store.Hit{Domain: c.domain, Entries: c.entries, Shard: c.shard, Limit: c.limit, Cached: true}
 			if match(&h) {
-				s.remove(sh, c, s.now())
+				s.remove(sh, c)
 				n++
 			}
 		}
