@@ -70,11 +70,18 @@ func (r *request) leaseGroup(s *Store, h *store.Hit, now int64) (*group, string)
 // is granted by a failed call, though a lease granted by a call whose
 // answer was lost stays charged (false rejections, never overage).
 func (s *Store) Reserve(ctx context.Context, reqs []store.LeaseRequest, leases []algorithm.Lease) error {
+	_, err := s.reserve(ctx, reqs, leases)
+	return err
+}
+
+// reserve is Reserve, also returning the instant (µs, the script's clock)
+// the first lease was granted at.
+func (s *Store) reserve(ctx context.Context, reqs []store.LeaseRequest, leases []algorithm.Lease) (decidedAt int64, err error) {
 	if len(leases) != len(reqs) {
-		return fmt.Errorf("redis store: %d leases for %d lease requests", len(leases), len(reqs))
+		return 0, fmt.Errorf("redis store: %d leases for %d lease requests", len(leases), len(reqs))
 	}
 	if len(reqs) == 0 {
-		return nil
+		return 0, nil
 	}
 	var now int64
 	local := time.Now()
@@ -90,15 +97,16 @@ func (s *Store) Reserve(ctx context.Context, reqs []store.LeaseRequest, leases [
 		g.addLease(key, i, &q.Limit, opReserve, q.Want, 0)
 	}
 	if err := s.lease(ctx, r, "reserving"); err != nil {
-		return err
+		return 0, err
 	}
 	start := algorithm.Micros(local)
 	for _, g := range r.groups {
 		i := g.hits[0]
 		leases[i] = grant(&reqs[i], g.res, g.decidedAt, start)
 	}
+	decidedAt = r.groups[0].decidedAt
 	s.requests.Put(r)
-	return nil
+	return decidedAt, nil
 }
 
 // grant decodes a reservation's results, granted at at (µs, the script's
@@ -125,6 +133,13 @@ func grant(q *store.LeaseRequest, res []int64, at, start int64) algorithm.Lease 
 // in one round trip. An outage returns an error wrapping
 // store.ErrUnavailable; hits that were not given back stay charged.
 func (s *Store) Return(ctx context.Context, returns []store.LeaseReturn) error {
+	_, err := s.giveBack(ctx, returns)
+	return err
+}
+
+// giveBack is Return, also returning the instant (µs, the script's clock)
+// the first lease was given back at, or 0 when none was.
+func (s *Store) giveBack(ctx context.Context, returns []store.LeaseReturn) (decidedAt int64, err error) {
 	var now int64
 	if s.now != nil {
 		now = algorithm.Micros(s.now())
@@ -142,13 +157,14 @@ func (s *Store) Return(ctx context.Context, returns []store.LeaseReturn) error {
 	}
 	if len(r.groups) == 0 {
 		s.requests.Put(r)
-		return nil
+		return 0, nil
 	}
 	if err := s.lease(ctx, r, "returning leases"); err != nil {
-		return err
+		return 0, err
 	}
+	decidedAt = r.groups[0].decidedAt
 	s.requests.Put(r)
-	return nil
+	return decidedAt, nil
 }
 
 // lease runs the lease groups of r and returns the first failure, wrapping
