@@ -8,9 +8,13 @@ import (
 
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
 	"github.com/tollgatehq/tollgate/pkg/store"
+	"github.com/tollgatehq/tollgate/pkg/store/cached"
 	"github.com/tollgatehq/tollgate/pkg/store/redis"
 	"github.com/tollgatehq/tollgate/pkg/store/storetest"
 )
+
+// The Redis store is what package cached leases from.
+var _ cached.Leaser = (*redis.Store)(nil)
 
 // TestLeaseVectors runs the lease vectors against a standalone server and
 // a cluster, with batching on and off, calling the script as a function
