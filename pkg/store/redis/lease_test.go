@@ -102,3 +102,47 @@ func TestReserveErrors(t *testing.T) {
 		t.Fatalf("Reserve after Close: %v, want an error wrapping store.ErrUnavailable", err)
 	}
 }
+
+// BenchmarkReserveVsApply times, against one standalone server from one
+// goroutine, a Reserve round trip (one lease of 100 hits) and an Apply
+// round trip (one hit), alternating them so that both see the same
+// machine, on token buckets that never run dry. It reports each one's
+// ns per call and reserve/apply, their ratio.
+func BenchmarkReserveVsApply(b *testing.B) {
+	d := standalone(b)
+	s := newStore(b, redis.Options{Client: d.client(b), KeyPrefix: "bl"})
+	ctx := context.Background()
+	l := algorithm.Limit{Kind: algorithm.TokenBucket, Requests: 1e12, Period: 1_000_000}
+	entries := []store.Entry{{Key: "k", Value: "bench"}}
+	hits := []store.Hit{{Domain: "apply", Entries: entries, Limit: l, Cost: 1}}
+	verdicts := make([]algorithm.Verdict, 1)
+	reqs := []store.LeaseRequest{{Domain: "reserve", Entries: entries, Limit: l, Want: 100, Lifetime: time.Second}}
+	leases := make([]algorithm.Lease, 1)
+	if err := s.Apply(ctx, hits, verdicts); err != nil {
+		b.Fatal(err)
+	}
+	var apply, reserve time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		for k := range 2 {
+			start := time.Now()
+			var err error
+			if (i+k)%2 == 0 {
+				err = s.Apply(ctx, hits, verdicts)
+				apply += time.Since(start)
+			} else {
+				err = s.Reserve(ctx, reqs, leases)
+				reserve += time.Since(start)
+				if err == nil && leases[0].Hits != 100 {
+					b.Fatalf("granted %d hits, want 100", leases[0].Hits)
+				}
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ReportMetric(float64(apply.Nanoseconds())/float64(b.N), "apply-ns/op")
+	b.ReportMetric(float64(reserve.Nanoseconds())/float64(b.N), "reserve-ns/op")
+	b.ReportMetric(float64(reserve)/float64(apply), "reserve/apply")
+}
