@@ -329,6 +329,9 @@ func (s *Store) decide(ctx context.Context, h *store.Hit, d *decision, v *algori
 		}
 		res := c.spend(s, h, d, v, now)
 		if res == spendEmpty && attempt == attempts-1 {
+			// Other hits took what the reservations brought: the shared
+			// counter decides.
+			d.inner, d.strict = true, h.Cost
 			res = spendStrict
 		}
 		switch res {
