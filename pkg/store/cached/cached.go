@@ -562,7 +562,7 @@ func (s *Store) run(ctx context.Context) {
 		s.renew(ctx)
 		call, cancel := context.WithTimeout(ctx, s.timeout)
 		if err := s.flushReturns(call); err != nil {
-			s.log.Warn("returning leases", "err", err)
+			s.log.Warn("returning leases", slog.Any("error", err))
 		}
 		cancel()
 	}
@@ -602,7 +602,7 @@ func (s *Store) renew(ctx context.Context) {
 	cancel()
 	s.m.call(ctx, opReserve, err)
 	if err != nil {
-		s.log.Warn("renewing leases", "counters", len(reqs), "err", err)
+		s.log.Warn("renewing leases", slog.Int("counters", len(reqs)), slog.Any("error", err))
 	}
 	for i, c := range cs {
 		s.finish(c, chans[i], at, leases[i], err)
