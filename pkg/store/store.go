@@ -39,6 +39,9 @@ type Hit struct {
 	// and quota-mode rules). A rejected soft hit still consumes nothing,
 	// unless its Limit.Charge is algorithm.ChargeAlways.
 	Soft bool
+	// Cached marks a hit whose rule's precision is cached: a store that
+	// leases budgets may decide the hit from a lease.
+	Cached bool
 }
 
 // Store applies batches of hits.

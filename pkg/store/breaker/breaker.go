@@ -200,9 +200,45 @@ var errCallerGone = errors.New("caller gone")
 
 // Apply passes the call to the store unless the breaker is open.
 func (s *Store) Apply(ctx context.Context, hits []store.Hit, verdicts []algorithm.Verdict) error {
+	return s.call(ctx, func() error { return s.next.Apply(ctx, hits, verdicts) })
+}
+
+// leaser is a store that leases budgets, as package cached's Leaser.
+type leaser interface {
+	Reserve(ctx context.Context, reqs []store.LeaseRequest, leases []algorithm.Lease) error
+	Return(ctx context.Context, returns []store.LeaseReturn) error
+}
+
+// ErrNoLeases reports a Reserve or Return on a Store whose store does not
+// lease budgets: a programming error.
+var ErrNoLeases = errors.New("breaker: the store does not lease budgets")
+
+// Reserve passes the call to the store, which must lease budgets, unless
+// the breaker is open. It counts as a call like Apply, so that the
+// breaker can stand between package cached and the Redis store.
+func (s *Store) Reserve(ctx context.Context, reqs []store.LeaseRequest, leases []algorithm.Lease) error {
+	l, ok := s.next.(leaser)
+	if !ok {
+		return ErrNoLeases
+	}
+	return s.call(ctx, func() error { return l.Reserve(ctx, reqs, leases) })
+}
+
+// Return passes the call to the store, which must lease budgets, unless
+// the breaker is open; it counts as a call like Apply.
+func (s *Store) Return(ctx context.Context, returns []store.LeaseReturn) error {
+	l, ok := s.next.(leaser)
+	if !ok {
+		return ErrNoLeases
+	}
+	return s.call(ctx, func() error { return l.Return(ctx, returns) })
+}
+
+// call runs f, a call of the store, through the breaker.
+func (s *Store) call(ctx context.Context, f func() error) error {
 	var storeErr error
 	_, err := s.cb.Execute(func() (struct{}, error) {
-		storeErr = s.next.Apply(ctx, hits, verdicts)
+		storeErr = f()
 		if storeErr != nil && errors.Is(ctx.Err(), context.Canceled) {
 			return struct{}{}, errCallerGone
 		}

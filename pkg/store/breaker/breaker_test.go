@@ -18,7 +18,12 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
 	"github.com/tollgatehq/tollgate/pkg/store"
 	"github.com/tollgatehq/tollgate/pkg/store/breaker"
+	"github.com/tollgatehq/tollgate/pkg/store/cached"
+	"github.com/tollgatehq/tollgate/pkg/store/storetest"
 )
+
+// The breaker can stand between package cached and its Leaser.
+var _ cached.Leaser = (*breaker.Store)(nil)
 
 // flaky is a store that fails with err while err is set, and counts calls.
 type flaky struct {
@@ -32,6 +37,14 @@ func (f *flaky) Apply(context.Context, []store.Hit, []algorithm.Verdict) error {
 	defer f.mu.Unlock()
 	f.calls++
 	return f.err
+}
+
+func (f *flaky) Reserve(context.Context, []store.LeaseRequest, []algorithm.Lease) error {
+	return f.Apply(context.Background(), nil, nil)
+}
+
+func (f *flaky) Return(context.Context, []store.LeaseReturn) error {
+	return f.Apply(context.Background(), nil, nil)
 }
 
 func (f *flaky) set(err error) {
@@ -234,4 +247,56 @@ func checkName(t *testing.T, attrs attribute.Set) {
 	if name, _ := attrs.Value("breaker"); name.AsString() != "redis" {
 		t.Errorf("breaker attribute %q, want redis", name.AsString())
 	}
+}
+
+// TestLeases checks that Reserve and Return count as calls of the store,
+// that an open breaker refuses them as it refuses Apply, and that a store
+// that does not lease says so.
+func TestLeases(t *testing.T) {
+	ctx := context.Background()
+	calls := map[string]func(*breaker.Store) error{
+		"apply":   apply,
+		"reserve": func(s *breaker.Store) error { return s.Reserve(ctx, nil, nil) },
+		"return":  func(s *breaker.Store) error { return s.Return(ctx, nil) },
+	}
+	for _, opener := range []string{"reserve", "return"} {
+		t.Run(opener, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				next := &flaky{err: errDown}
+				s, err := breaker.New(next, breaker.Options{Failures: 2, OpenFor: time.Second})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for range 2 {
+					if err := calls[opener](s); !errors.Is(err, errDown) {
+						t.Fatalf("%s: err = %v, want the store's", opener, err)
+					}
+				}
+				if got := s.State(); got != breaker.Open {
+					t.Fatalf("after 2 failed %s calls: state %v, want open", opener, got)
+				}
+				for _, name := range []string{"apply", "reserve", "return"} {
+					var open *breaker.OpenError
+					if err := calls[name](s); !errors.As(err, &open) || open.RetryAfter() != time.Second {
+						t.Errorf("open: %s: err = %v, want an OpenError to retry after 1s", name, err)
+					}
+				}
+				if next.count() != 2 {
+					t.Errorf("the store was called %d times, want 2", next.count())
+				}
+			})
+		})
+	}
+	t.Run("no leases", func(t *testing.T) {
+		s, err := breaker.New(storetest.Failing{Err: errDown}, breaker.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Reserve(ctx, nil, nil); !errors.Is(err, breaker.ErrNoLeases) {
+			t.Errorf("Reserve: %v, want ErrNoLeases", err)
+		}
+		if err := s.Return(ctx, nil); !errors.Is(err, breaker.ErrNoLeases) {
+			t.Errorf("Return: %v, want ErrNoLeases", err)
+		}
+	})
 }

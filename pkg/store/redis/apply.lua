@@ -36,6 +36,19 @@
 -- of 1 for a soft hit (store.Hit.Soft) and 2 for an always-charged one
 -- (algorithm.ChargeAlways).
 --
+-- A group whose count is 0 is instead a lease operation on one key
+-- (package algorithm's Reserve and Return): 7 integers
+--   kind requests burst period amount op window
+-- with op 1 to reserve a lease of at most amount hits (window unused) and
+-- op 2 to give back amount unspent hits (already at most the lease's Hits)
+-- of a lease granted in window (algorithm.Lease.Window). A lease is an
+-- admitted hit of its size on the same counter and state, so it travels
+-- like a hit: in the same calls, batches and slot groups as Apply's groups,
+-- seeing the counters as the groups before it left them. Its five results
+-- are those of a hit, except that the first is 2 × the hits granted +
+-- allowed (a reservation), or all 0 (a return). The lease's Window and
+-- Until follow from now and the limit, so the Go side works them out.
+--
 -- Within a group, the always-charged hits are decided first, in order, and
 -- each takes effect whatever its verdict. Then the other hits are decided
 -- in order, each seeing its counter as the earlier-decided hits left it. If
@@ -83,6 +96,9 @@ local MAX_COUNT, MAX_DEBT = 4503599627370496, 1125899906842624
 -- HIT is the struct format of one hit of argv[3], HIT_SIZE its length;
 -- RESULT1 the format of one hit's results.
 local HIT, HIT_SIZE, RESULT1 = '<i8i8i8i8i8i8', 48, '<i8i8i8i8i8'
+
+-- LEASE is the struct format of a lease operation of argv[3].
+local LEASE = '<i8i8i8i8i8i8i8'
 
 -- now is the instant of the call being decided, in µs, and slack its TTL
 -- slack in ms; apply sets both.
@@ -472,6 +488,7 @@ local function buildOthers()
     logLoad = logLoad,
     logWrite = logWrite,
     logCopy = logCopy,
+    windowStart = windowStart,
   }
 end
 
@@ -516,6 +533,54 @@ local function write(key, kind, p, s)
   else
     redis.call('SET', key, value, 'PX', format('%d', ceil((expiry - now) / 1000) + slack))
   end
+end
+
+------------------------------------------------------------------------
+-- Leases (algorithm.Reserve and algorithm.Return).
+
+-- leaseOp applies lease operation op (see the header) to a counter of a
+-- valid limit whose state is s, and returns the new state (nil when
+-- unchanged) and the five results.
+local function leaseOp(kind, r, burst, p, amount, op, window, s)
+  local leasable = kind ~= 4
+  if op == 1 then
+    -- algorithm.Reserve: a lease of n = min(want, what a check reports
+    -- remaining), charged as an admitted hit of cost n.
+    local _, ca, cr, creset, cretry, climit = decide(kind, r, burst, p, 0, s, false)
+    local n = amount
+    if cr < n then n = cr end
+    if not leasable or n < 1 then
+      local probe = s
+      if kind == 4 then probe = others.logCopy(s) end
+      local _, a, rem, reset, retry, limit = decide(kind, r, burst, p, 1, probe, false)
+      -- An admission here did not happen: report the check.
+      if a == 1 then return nil, ca, cr, creset, cretry, climit end
+      return nil, a, rem, reset, retry, limit
+    end
+    local s2, a, rem, reset, retry, limit = decide(kind, r, burst, p, n, s, false)
+    return s2, 2 * n + a, rem, reset, retry, limit
+  end
+  -- algorithm.Return: a refund while the lease's window lasts (a bucket's
+  -- always); a window that has ended counts no more, except that a
+  -- sliding-window counter's previous window still weighs.
+  if amount <= 0 or not leasable then return nil, 0, 0, 0, 0, 0 end
+  if kind == 1 then return (decide(kind, r, burst, p, -amount, s, false)), 0, 0, 0, 0, 0 end
+  local w = others.windowStart(p)
+  if w == window then
+    return (decide(kind, r, burst, p, -amount, s, false)), 0, 0, 0, 0, 0
+  end
+  if kind == 3 and w == window + p then
+    local prev, cur = 0, 0
+    if s.T == window then
+      prev = s.Cur
+    elseif s.T == w then
+      prev, cur = s.Prev, s.Cur
+    end
+    prev = prev - amount
+    if prev < 0 then prev = 0 end
+    return { T = w, Cur = cur, Prev = prev }, 0, 0, 0, 0, 0
+  end
+  return nil, 0, 0, 0, 0, 0
 end
 
 ------------------------------------------------------------------------
@@ -593,131 +658,163 @@ local function apply(keys, argv)
     local n
     n, pos = sunpack('<i8', packed, pos)
     g = g + 1
-    -- A negative count marks a group with always-charged hits.
-    local phase = 2
-    if n < 0 then n, phase = -n, 1 end
-    local single, start, last, o0, u, ua = n == 1, pos, first + n, o, 0, 0
-    local rejected, err = false, nil
-    if not single and not seen then seen, changed, undo = {}, {}, {} end
-    if phase == 1 and not single and not seenA then seenA, changedA, undoA = {}, {}, {} end
-    while phase <= 2 do
-      pos, o = start, o0
-      for i = first + 1, last do
-        local kind, r, burst, p, cost, flags
-        local at = pos
-        kind, r, burst, p, cost, flags, pos = sunpack(HIT, packed, pos)
-        local always = flags >= 2
-        if always == (phase == 1) then
-          local key = keys[i]
-          local allowed, remaining, reset, retry, limit = 0, 0, 0, 0, 0
-          if p <= 0 or r < 0 or kind < 1 or kind > 4 or (kind == 4 and r > MAX_LOG_REQUESTS) then
-            -- algorithm.Apply: an invalid limit rejects with a zero verdict.
-            if flags == 0 or flags == 2 then rejected = true end
-          else
-            if kind ~= 1 and not others then others = buildOthers() end
-            local s, e = state[key], nil
-            if s == nil then
-              s, e = load(key, kind, p)
-              state[key] = s
+    if n == 0 then
+      -- A lease operation: one key, committed by itself.
+      local at = pos
+      local kind, r, burst, p, amount, op, window
+      kind, r, burst, p, amount, op, window, pos = sunpack(LEASE, packed, pos)
+      local key = keys[first + 1]
+      local a, remaining, reset, retry, limit = 0, 0, 0, 0, 0
+      if not others then others = buildOthers() end
+      if not (p <= 0 or r < 0 or kind < 1 or kind > 4 or (kind == 4 and r > MAX_LOG_REQUESTS)) then
+        local s, e = state[key], nil
+        if s == nil then
+          s, e = load(key, kind, p)
+          state[key] = s
+        end
+        if s == nil then
+          out[#out + 1], out[#out + 2] = g, e
+        else
+          s, a, remaining, reset, retry, limit = leaseOp(kind, r, burst, p, amount, op, window, s)
+          if s then
+            state[key] = s
+            if not dirty[key] then
+              dirty[key] = at
+              written[#written + 1] = key
             end
-            if s == nil then
-              err = e
+          end
+        end
+      end
+      res[o + 1], res[o + 2], res[o + 3], res[o + 4], res[o + 5] = a, remaining, reset, retry, limit
+      o = o + 5
+      first = first + 1
+    else
+      -- A negative count marks a group with always-charged hits.
+      local phase = 2
+      if n < 0 then n, phase = -n, 1 end
+      local single, start, last, o0, u, ua = n == 1, pos, first + n, o, 0, 0
+      local rejected, err = false, nil
+      if not single and not seen then seen, changed, undo = {}, {}, {} end
+      if phase == 1 and not single and not seenA then seenA, changedA, undoA = {}, {}, {} end
+      while phase <= 2 do
+        pos, o = start, o0
+        for i = first + 1, last do
+          local kind, r, burst, p, cost, flags
+          local at = pos
+          kind, r, burst, p, cost, flags, pos = sunpack(HIT, packed, pos)
+          local always = flags >= 2
+          if always == (phase == 1) then
+            local key = keys[i]
+            local allowed, remaining, reset, retry, limit = 0, 0, 0, 0, 0
+            if p <= 0 or r < 0 or kind < 1 or kind > 4 or (kind == 4 and r > MAX_LOG_REQUESTS) then
+              -- algorithm.Apply: an invalid limit rejects with a zero verdict.
+              if flags == 0 or flags == 2 then rejected = true end
             else
-              if single then
-                -- Nothing to undo.
-              elseif always then
-                if seenA[key] ~= g then
-                  seenA[key] = g
-                  undoA[ua + 1], undoA[ua + 2], undoA[ua + 3] = key, s, at
-                  ua = ua + 3
+              if kind ~= 1 and not others then others = buildOthers() end
+              local s, e = state[key], nil
+              if s == nil then
+                s, e = load(key, kind, p)
+                state[key] = s
+              end
+              if s == nil then
+                err = e
+              else
+                if single then
+                  -- Nothing to undo.
+                elseif always then
+                  if seenA[key] ~= g then
+                    seenA[key] = g
+                    undoA[ua + 1], undoA[ua + 2], undoA[ua + 3] = key, s, at
+                    ua = ua + 3
+                    if kind == 4 then
+                      s = others.logCopy(s)
+                      state[key] = s
+                    end
+                  end
+                elseif seen[key] ~= g then
+                  seen[key] = g
+                  undo[u + 1], undo[u + 2], undo[u + 3] = key, s, at
+                  u = u + 3
                   if kind == 4 then
                     s = others.logCopy(s)
                     state[key] = s
                   end
                 end
-              elseif seen[key] ~= g then
-                seen[key] = g
-                undo[u + 1], undo[u + 2], undo[u + 3] = key, s, at
-                u = u + 3
-                if kind == 4 then
-                  s = others.logCopy(s)
+                s, allowed, remaining, reset, retry, limit = decide(kind, r, burst, p, cost, s, always)
+                if cost ~= 0 and s and (allowed == 1 or always) then
                   state[key] = s
-                end
-              end
-              s, allowed, remaining, reset, retry, limit = decide(kind, r, burst, p, cost, s, always)
-              if cost ~= 0 and s and (allowed == 1 or always) then
-                state[key] = s
-                if single then
-                  if not dirty[key] then
-                    dirty[key] = at
-                    written[#written + 1] = key
+                  if single then
+                    if not dirty[key] then
+                      dirty[key] = at
+                      written[#written + 1] = key
+                    end
+                  elseif always then
+                    changedA[key] = g
+                  else
+                    changed[key] = g
                   end
-                elseif always then
-                  changedA[key] = g
-                else
-                  changed[key] = g
                 end
-              end
-              if allowed ~= 1 and (flags == 0 or flags == 2) then
-                rejected = true
+                if allowed ~= 1 and (flags == 0 or flags == 2) then
+                  rejected = true
+                end
               end
             end
+            res[o + 1], res[o + 2], res[o + 3], res[o + 4], res[o + 5] = allowed, remaining, reset, retry, limit
           end
-          res[o + 1], res[o + 2], res[o + 3], res[o + 4], res[o + 5] = allowed, remaining, reset, retry, limit
+          o = o + 5
         end
-        o = o + 5
+        phase = phase + 1
       end
-      phase = phase + 1
-    end
 
-    if err then
-      -- A failed group changes nothing: phase 2, then phase 1, undone.
-      for x = 1, u, 3 do
-        state[undo[x]] = undo[x + 1]
-      end
-      for x = 1, ua, 3 do
-        state[undoA[x]] = undoA[x + 1]
-      end
-    else
-      for x = 1, ua, 3 do
-        local key = undoA[x]
-        if changedA[key] == g and not dirty[key] then
-          dirty[key] = undoA[x + 2]
-          written[#written + 1] = key
-        end
-      end
-      if rejected then
+      if err then
+        -- A failed group changes nothing: phase 2, then phase 1, undone.
         for x = 1, u, 3 do
           state[undo[x]] = undo[x + 1]
         end
+        for x = 1, ua, 3 do
+          state[undoA[x]] = undoA[x + 1]
+        end
       else
-        for x = 1, u, 3 do
-          local key = undo[x]
-          if changed[key] == g and not dirty[key] then
-            dirty[key] = undo[x + 2]
+        for x = 1, ua, 3 do
+          local key = undoA[x]
+          if changedA[key] == g and not dirty[key] then
+            dirty[key] = undoA[x + 2]
             written[#written + 1] = key
           end
         end
-      end
-    end
-    if err then
-      out[#out + 1], out[#out + 2] = g, err
-    elseif rejected then
-      -- Nothing else is charged: each admitted hit that is not charged
-      -- always reports its counter as it stands.
-      for i = first + 1, last do
-        local x = o0 + (i - first - 1) * 5
-        if res[x + 1] == 1 then
-          local kind, r, burst, p, _, flags = sunpack(HIT, packed, start + (i - first - 1) * HIT_SIZE)
-          if flags < 2 then
-            -- A check (cost 0) changes no state, not even a log view.
-            local _, _, remaining, reset, _, limit = decide(kind, r, burst, p, 0, state[keys[i]])
-            res[x + 2], res[x + 3], res[x + 4], res[x + 5] = remaining, reset, 0, limit
+        if rejected then
+          for x = 1, u, 3 do
+            state[undo[x]] = undo[x + 1]
+          end
+        else
+          for x = 1, u, 3 do
+            local key = undo[x]
+            if changed[key] == g and not dirty[key] then
+              dirty[key] = undo[x + 2]
+              written[#written + 1] = key
+            end
           end
         end
       end
+      if err then
+        out[#out + 1], out[#out + 2] = g, err
+      elseif rejected then
+        -- Nothing else is charged: each admitted hit that is not charged
+        -- always reports its counter as it stands.
+        for i = first + 1, last do
+          local x = o0 + (i - first - 1) * 5
+          if res[x + 1] == 1 then
+            local kind, r, burst, p, _, flags = sunpack(HIT, packed, start + (i - first - 1) * HIT_SIZE)
+            if flags < 2 then
+              -- A check (cost 0) changes no state, not even a log view.
+              local _, _, remaining, reset, _, limit = decide(kind, r, burst, p, 0, state[keys[i]])
+              res[x + 2], res[x + 3], res[x + 4], res[x + 5] = remaining, reset, 0, limit
+            end
+          end
+        end
+      end
+      first = last
     end
-    first = last
   end
 
   -- Write each changed counter once; the order is deterministic, and so are

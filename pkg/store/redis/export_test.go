@@ -12,6 +12,14 @@ import (
 // Options.Now is nil.
 var ApplyAt = (*Store).apply
 
+// ReserveAt is Reserve, also returning the instant in µs at which the
+// script granted the first lease.
+var ReserveAt = (*Store).reserve
+
+// ReturnAt is Return, also returning the instant in µs at which the script
+// took back the first lease, or 0 when nothing was given back.
+var ReturnAt = (*Store).giveBack
+
 // ScriptsOnly returns o set to call the script with EVALSHA even where the
 // server has Redis Functions.
 func ScriptsOnly(o Options) Options {

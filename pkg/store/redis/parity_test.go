@@ -37,18 +37,15 @@ func TestMatchesReference(t *testing.T) {
 		t.Run(d.name+"/client clock", func(t *testing.T) {
 			clock := storetest.NewClock(t0)
 			s := newStore(t, redis.Options{Client: d.client(t), KeyPrefix: "p", Now: clock.Now})
-			runParity(t, d.name == "cluster", steps, func(rng *rand.Rand, hits []store.Hit, got []algorithm.Verdict) (int64, error) {
+			runParity(t, s, d.name == "cluster", steps, func(rng *rand.Rand) {
 				clock.Advance(time.Duration(rng.ExpFloat64()*float64(20*time.Millisecond)) + time.Duration(rng.IntN(2))*time.Microsecond)
-				return algorithm.Micros(clock.Now()), s.Apply(context.Background(), hits, got)
 			})
 		})
 		// On the server's clock, where token buckets keep their TAT in the
 		// key's expiry, time runs for real: Redis expires keys as it goes.
 		t.Run(d.name+"/server clock", func(t *testing.T) {
 			s := newStore(t, redis.Options{Client: d.client(t), KeyPrefix: "q"})
-			runParity(t, d.name == "cluster", steps, func(_ *rand.Rand, hits []store.Hit, got []algorithm.Verdict) (int64, error) {
-				return redis.ApplyAt(s, context.Background(), hits, got)
-			})
+			runParity(t, s, d.name == "cluster", steps, nil)
 		})
 	}
 }
@@ -108,16 +105,25 @@ func TestMergedMatchesReference(t *testing.T) {
 	}
 }
 
-// runParity applies random batches through apply, which returns the
-// instant they were decided at, and compares every verdict with the
-// reference's at that instant. With oneShard, each batch has a single
-// shard, so a cluster decides it in one slot group.
-func runParity(t *testing.T, oneShard bool, steps int, apply func(*rand.Rand, []store.Hit, []algorithm.Verdict) (int64, error)) {
+// runParity applies random batches to s, with random lease reservations
+// and returns among them, and compares every verdict and lease with the
+// reference's at the instant Redis decided. advance, when not nil, moves
+// the store's clock before each step. With oneShard, each batch has a
+// single shard, so a cluster decides it in one slot group.
+//
+// On the server's clock a lease's Until is on the local clock (see
+// Reserve), so there it is compared only as at most the reference's.
+func runParity(t *testing.T, s *redis.Store, oneShard bool, steps int, advance func(*rand.Rand)) {
+	ctx := context.Background()
 	ref := newReference()
 	rng := rand.New(rand.NewPCG(1, 2))
 	limits := parityLimits(rng)
+	var granted []store.LeaseReturn
 	last := int64(0)
 	for step := range steps {
+		if advance != nil {
+			advance(rng)
+		}
 		shard := ""
 		if oneShard {
 			shard = "s" + strconv.Itoa(rng.IntN(3))
@@ -126,22 +132,80 @@ func runParity(t *testing.T, oneShard bool, steps int, apply func(*rand.Rand, []
 		for i := range hits {
 			hits[i] = parityHit(rng, limits, shard)
 		}
-		got := make([]algorithm.Verdict, len(hits))
-		now, err := apply(rng, hits, got)
-		if err != nil {
-			t.Fatalf("step %d: Apply: %v", step, err)
+		var now int64
+		switch op := rng.IntN(10); {
+		case op < 2:
+			reqs := make([]store.LeaseRequest, len(hits))
+			for i, h := range hits {
+				reqs[i] = store.LeaseRequest{
+					Domain: h.Domain, Entries: h.Entries, Shard: h.Shard, Limit: h.Limit,
+					Want:     rng.Int64N(max(h.Limit.Capacity(), 1)+3) - 1,
+					Lifetime: time.Duration(rng.Int64N(300)) * time.Millisecond,
+				}
+			}
+			got := make([]algorithm.Lease, len(reqs))
+			var err error
+			if now, err = redis.ReserveAt(s, ctx, reqs, got); err != nil {
+				t.Fatalf("step %d: Reserve: %v", step, err)
+			}
+			want := ref.reserve(t, now, reqs)
+			for i := range reqs {
+				g, w := got[i], want[i]
+				if advance == nil && g.Until <= w.Until {
+					g.Until = w.Until
+				}
+				if g != w {
+					t.Fatalf("step %d at %dµs, reserve %d of %d (%s, want %d, lifetime %v):\n got  %+v\n want %+v",
+						step, now, i, len(reqs), describeHit(hits[i]), reqs[i].Want, reqs[i].Lifetime, got[i], want[i])
+				}
+				if got[i].Hits > 0 {
+					granted = append(granted, store.LeaseReturn{Domain: reqs[i].Domain, Entries: reqs[i].Entries, Shard: reqs[i].Shard, Limit: reqs[i].Limit, Lease: got[i]})
+				}
+			}
+		case op < 4 && len(granted) > 0:
+			// Return one to three leases (of the batch's shard on a
+			// cluster, so that they share one call and one instant).
+			var rets []store.LeaseReturn
+			for range 1 + rng.IntN(3) {
+				k := rng.IntN(len(granted))
+				r := granted[k]
+				if oneShard && r.Shard != granted[len(granted)-1].Shard {
+					continue
+				}
+				r.Unspent = rng.Int64N(r.Lease.Hits+2) - rng.Int64N(2)
+				rets = append(rets, r)
+				granted[k] = granted[len(granted)-1]
+				granted = granted[:len(granted)-1]
+				if len(granted) == 0 {
+					break
+				}
+			}
+			var err error
+			if now, err = redis.ReturnAt(s, ctx, rets); err != nil {
+				t.Fatalf("step %d: Return: %v", step, err)
+			}
+			if now == 0 {
+				continue // nothing was given back
+			}
+			ref.giveBack(t, now, rets)
+		default:
+			got := make([]algorithm.Verdict, len(hits))
+			var err error
+			if now, err = redis.ApplyAt(s, ctx, hits, got); err != nil {
+				t.Fatalf("step %d: Apply: %v", step, err)
+			}
+			want := ref.apply(t, now, hits)
+			for i := range hits {
+				if got[i] != want[i] {
+					t.Fatalf("step %d at %dµs, hit %d of %d (%s):\n got  %+v\n want %+v",
+						step, now, i, len(hits), describeHit(hits[i]), got[i], want[i])
+				}
+			}
 		}
 		if now < last {
 			t.Fatalf("step %d: decided at %d, before the previous step (%d)", step, now, last)
 		}
 		last = now
-		want := ref.apply(t, now, hits)
-		for i := range hits {
-			if got[i] != want[i] {
-				t.Fatalf("step %d at %dµs, hit %d of %d (%s):\n got  %+v\n want %+v",
-					step, now, i, len(hits), describeHit(hits[i]), got[i], want[i])
-			}
-		}
 	}
 }
 
@@ -252,4 +316,24 @@ func (r *reference) apply(t *testing.T, now int64, hits []store.Hit) []algorithm
 		t.Fatalf("reference: Apply: %v", err)
 	}
 	return verdicts
+}
+
+// reserve grants leases for reqs at now, in µs since the epoch.
+func (r *reference) reserve(t *testing.T, now int64, reqs []store.LeaseRequest) []algorithm.Lease {
+	t.Helper()
+	r.clock.Set(time.UnixMicro(now))
+	leases := make([]algorithm.Lease, len(reqs))
+	if err := r.store.Reserve(context.Background(), reqs, leases); err != nil {
+		t.Fatalf("reference: Reserve: %v", err)
+	}
+	return leases
+}
+
+// giveBack returns leases at now, in µs since the epoch.
+func (r *reference) giveBack(t *testing.T, now int64, returns []store.LeaseReturn) {
+	t.Helper()
+	r.clock.Set(time.UnixMicro(now))
+	if err := r.store.Return(context.Background(), returns); err != nil {
+		t.Fatalf("reference: Return: %v", err)
+	}
 }

@@ -86,6 +86,16 @@
 // call, and Redis spends about a third of the CPU time per decision that
 // one script call per Apply took.
 //
+// # Leases
+//
+// Reserve and Return (package cached's Leaser) are algorithm.Reserve and
+// algorithm.Return in the same script, on the same keys and state: a lease
+// is an admitted hit of its size, and a return a refund under the window
+// rules of algorithm.Return. Each travels as a group of its own (see
+// lease.go), batched and merged into script calls with Applies. A lease's
+// Until comes back on the local clock, never later than on the server's;
+// its Window stays on the server's, for Return.
+//
 // # Errors
 //
 // Every failure to decide wraps store.ErrUnavailable, so callers can apply

@@ -1,0 +1,353 @@
+package cached_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/tollgatehq/tollgate/pkg/algorithm"
+	"github.com/tollgatehq/tollgate/pkg/metrictest"
+	"github.com/tollgatehq/tollgate/pkg/store"
+	"github.com/tollgatehq/tollgate/pkg/store/cached"
+	"github.com/tollgatehq/tollgate/pkg/store/memory"
+)
+
+var (
+	hour   = int64(time.Hour / time.Microsecond)
+	second = int64(time.Second / time.Microsecond)
+)
+
+// hitOn is a cached hit of cost on key under l.
+func hitOn(key string, l algorithm.Limit, cost int64) store.Hit {
+	return store.Hit{Domain: "d", Entries: []store.Entry{{Key: "k", Value: key}}, Limit: l, Cost: cost, Cached: true}
+}
+
+// shared reads what the shared counter of key has left, without charging.
+func shared(t *testing.T, m *memory.Store, key string, l algorithm.Limit) int64 {
+	t.Helper()
+	v := make([]algorithm.Verdict, 1)
+	h := hitOn(key, l, 0)
+	if err := m.Apply(context.Background(), []store.Hit{h}, v); err != nil {
+		t.Fatal(err)
+	}
+	return v[0].Remaining
+}
+
+// apply applies one hit and returns its verdict.
+func apply(t *testing.T, s store.Store, h store.Hit) algorithm.Verdict {
+	t.Helper()
+	v := make([]algorithm.Verdict, 1)
+	if err := s.Apply(context.Background(), []store.Hit{h}, v); err != nil {
+		t.Fatalf("applying %+v: %v", h, err)
+	}
+	return v[0]
+}
+
+// newPair returns a memory store standing for the shared counter and a
+// cached store in front of it, on the bubble's clock.
+func newPair(t *testing.T, opts cached.Options) (*memory.Store, *cached.Store) {
+	t.Helper()
+	m := memory.New(memory.Options{Now: time.Now})
+	if opts.Inner == nil {
+		opts.Inner = m
+	}
+	if opts.Leaser == nil {
+		opts.Leaser = m
+	}
+	s := cached.New(opts)
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	return m, s
+}
+
+// conserved checks that the shared counter of key has charged exactly the
+// hits admitted plus the hits s holds unspent.
+func conserved(t *testing.T, m *memory.Store, s *cached.Store, key string, l algorithm.Limit, admitted int64) {
+	t.Helper()
+	synctest.Wait() // let queued returns reach the shared counter
+	held := s.Held(hitOn(key, l, 0))
+	if got, want := l.Capacity()-shared(t, m, key, l), admitted+held; got != want {
+		t.Fatalf("shared counter charged %d, want %d admitted + %d held", got, admitted, held)
+	}
+}
+
+var (
+	fixed  = algorithm.Limit{Kind: algorithm.FixedWindow, Requests: 10_000, Period: hour}
+	bucket = algorithm.Limit{Kind: algorithm.TokenBucket, Requests: 10_000, Period: 100 * hour}
+)
+
+func TestLocalDecisions(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mp, read := metrictest.New(t)
+		m, s := newPair(t, cached.Options{MeterProvider: mp})
+		for i := range 50 {
+			v := apply(t, s, hitOn("a", fixed, 1))
+			if !v.Allowed || v.Limit != 10_000 {
+				t.Fatalf("hit %d: %+v", i, v)
+			}
+			synctest.Wait()
+		}
+		conserved(t, m, s, "a", fixed, 50)
+		if local := read("tollgate_cached_decisions"); local != 50 {
+			t.Fatalf("%d decisions, want 50", local)
+		}
+		calls := read("tollgate_cached_leaser_calls")
+		if calls >= 25 {
+			t.Fatalf("%d leaser calls for 50 hits: leases do not grow with demand", calls)
+		}
+		t.Logf("%d leaser calls for 50 hits", calls)
+	})
+}
+
+func TestStatusesAreTheSharedRemainderMinusLocalSpends(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m, s := newPair(t, cached.Options{})
+		// Two hits at one instant: the lease grows to the demand seen.
+		for range 10 {
+			apply(t, s, hitOn("a", fixed, 1))
+		}
+		synctest.Wait()
+		v := apply(t, s, hitOn("a", fixed, 1))
+		synctest.Wait()
+		if want := 10_000 - 11; v.Remaining != int64(want) {
+			t.Fatalf("remaining %d, want %d (shared %d, held %d)", v.Remaining, want, shared(t, m, "a", fixed), s.Unspent())
+		}
+		if v.ResetAfter <= 0 || v.ResetAfter > time.Hour {
+			t.Fatalf("reset after %v", v.ResetAfter)
+		}
+	})
+}
+
+func TestLeaseLifecycle(t *testing.T) {
+	type ending func(t *testing.T, m *memory.Store, s *cached.Store)
+	for _, tc := range []struct {
+		name  string
+		limit algorithm.Limit
+		end   ending
+	}{
+		{"expiry returns the unspent hits of a bucket lease", bucket, func(t *testing.T, m *memory.Store, s *cached.Store) {
+			// Keep the counter busy on another key so it is not idle.
+			time.Sleep(600 * time.Millisecond) // past the 500 ms lifetime
+			synctest.Wait()
+		}},
+		{"idle counters return their lease", fixed, func(t *testing.T, m *memory.Store, s *cached.Store) {
+			time.Sleep(1100 * time.Millisecond)
+			synctest.Wait()
+			if n := s.Len(); n != 0 {
+				t.Fatalf("%d counters held after idling", n)
+			}
+		}},
+		{"close returns every lease", fixed, func(t *testing.T, m *memory.Store, s *cached.Store) {
+			if err := s.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Close(context.Background()); !errors.Is(err, cached.ErrClosed) {
+				t.Fatalf("second close: %v, want %v", err, cached.ErrClosed)
+			}
+		}},
+		{"a reload drops the leases of its rules", fixed, func(t *testing.T, m *memory.Store, s *cached.Store) {
+			if n := s.Drop(func(h *store.Hit) bool { return h.Domain == "d" }); n != 1 {
+				t.Fatalf("dropped %d counters, want 1", n)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				m, s := newPair(t, cached.Options{})
+				for range 30 {
+					apply(t, s, hitOn("a", tc.limit, 1))
+				}
+				synctest.Wait()
+				held := s.Unspent()
+				if held == 0 {
+					t.Fatal("no lease held")
+				}
+				tc.end(t, m, s)
+				conserved(t, m, s, "a", tc.limit, 30)
+				if n := s.Unspent(); n != 0 {
+					t.Fatalf("%d hits still held", n)
+				}
+				t.Logf("%d hits held, then returned", held)
+			})
+		})
+	}
+}
+
+func TestEvictionReturnsTheLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mp, read := metrictest.New(t)
+		m, s := newPair(t, cached.Options{MaxKeys: 64, MeterProvider: mp})
+		const keys = 500
+		for k := range keys {
+			for range 3 {
+				apply(t, s, hitOn(fmt.Sprint(k), fixed, 1))
+			}
+		}
+		synctest.Wait()
+		if n := s.Len(); n > 64 {
+			t.Fatalf("%d counters held, cap 64", n)
+		}
+		if read("tollgate_cached_evictions") == 0 {
+			t.Fatal("nothing evicted")
+		}
+		var charged int64
+		for k := range keys {
+			charged += 10_000 - shared(t, m, fmt.Sprint(k), fixed)
+		}
+		if want := 3*keys + s.Unspent(); charged != want {
+			t.Fatalf("shared counters charged %d, want %d", charged, want)
+		}
+	})
+}
+
+func TestBatchesStayAllOrNothing(t *testing.T) {
+	tight := algorithm.Limit{Kind: algorithm.FixedWindow, Requests: 2, Period: hour}
+	for _, tc := range []struct {
+		name   string
+		second store.Hit
+	}{
+		{"a leased hit rejected", hitOn("b", tight, 3)},
+		{"a strict hit rejected", func() store.Hit { h := hitOn("b", tight, 3); h.Cached = false; return h }()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				m, s := newPair(t, cached.Options{})
+				for range 5 {
+					apply(t, s, hitOn("a", fixed, 1))
+				}
+				synctest.Wait()
+				before := s.Held(hitOn("a", fixed, 0))
+				v := make([]algorithm.Verdict, 2)
+				if err := s.Apply(context.Background(), []store.Hit{hitOn("a", fixed, 1), tc.second}, v); err != nil {
+					t.Fatal(err)
+				}
+				if !v[0].Allowed || v[1].Allowed {
+					t.Fatalf("verdicts %+v", v)
+				}
+				if after := s.Held(hitOn("a", fixed, 0)); after != before {
+					t.Fatalf("held %d after the rejected batch, %d before", after, before)
+				}
+				conserved(t, m, s, "a", fixed, 5)
+				conserved(t, m, s, "b", tight, 0)
+			})
+		})
+	}
+}
+
+func TestAlwaysChargedOverflowReachesTheSharedCounter(t *testing.T) {
+	always := fixed
+	always.Charge = algorithm.ChargeAlways
+	synctest.Test(t, func(t *testing.T) {
+		m, s := newPair(t, cached.Options{})
+		for range 5 {
+			apply(t, s, hitOn("a", fixed, 1))
+		}
+		synctest.Wait()
+		if s.Unspent() == 0 {
+			t.Fatal("no lease held")
+		}
+		v := apply(t, s, hitOn("a", always, 40))
+		if !v.Allowed {
+			t.Fatalf("verdict %+v", v)
+		}
+		if n := s.Unspent(); n != 0 {
+			t.Fatalf("%d hits held after an always-charged hit larger than the lease", n)
+		}
+		conserved(t, m, s, "a", fixed, 45)
+	})
+}
+
+func TestOverLimitAnsweredLocallyUntilRetryAfter(t *testing.T) {
+	tight := algorithm.Limit{Kind: algorithm.FixedWindow, Requests: 3, Period: second}
+	synctest.Test(t, func(t *testing.T) {
+		// Start on a window boundary.
+		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
+		mp, read := metrictest.New(t)
+		_, s := newPair(t, cached.Options{MeterProvider: mp})
+		for i := range 3 {
+			if v := apply(t, s, hitOn("a", tight, 1)); !v.Allowed {
+				t.Fatalf("hit %d rejected: %+v", i, v)
+			}
+		}
+		synctest.Wait()
+		calls := read("tollgate_cached_leaser_calls")
+		time.Sleep(250 * time.Millisecond)
+		v := apply(t, s, hitOn("a", tight, 1))
+		if v.Allowed || v.RetryAfter <= 0 || v.RetryAfter > 750*time.Millisecond {
+			t.Fatalf("verdict %+v", v)
+		}
+		for range 10 {
+			time.Sleep(50 * time.Millisecond)
+			if v := apply(t, s, hitOn("a", tight, 1)); v.Allowed {
+				t.Fatalf("admitted past the limit: %+v", v)
+			}
+		}
+		synctest.Wait()
+		if got := read("tollgate_cached_leaser_calls") - calls; got > 1 {
+			t.Fatalf("%d leaser calls while known over", got)
+		}
+		if read("tollgate_cached_decisions") == 0 {
+			t.Fatal("no decisions counted")
+		}
+		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
+		if v := apply(t, s, hitOn("a", tight, 1)); !v.Allowed {
+			t.Fatalf("rejected in the next window: %+v", v)
+		}
+	})
+}
+
+// failing is a Leaser whose calls fail once down is set, as Redis does in
+// an outage.
+type failing struct {
+	*memory.Store
+	down atomic.Bool
+}
+
+var errDown = fmt.Errorf("redis down: %w", store.ErrUnavailable)
+
+func (f *failing) Reserve(ctx context.Context, reqs []store.LeaseRequest, leases []algorithm.Lease) error {
+	if f.down.Load() {
+		return errDown
+	}
+	return f.Store.Reserve(ctx, reqs, leases)
+}
+
+func (f *failing) Return(ctx context.Context, returns []store.LeaseReturn) error {
+	if f.down.Load() {
+		return errDown
+	}
+	return f.Store.Return(ctx, returns)
+}
+
+func TestOutageSpendsWhatIsHeldThenFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := memory.New(memory.Options{Now: time.Now})
+		f := &failing{Store: m}
+		s := cached.New(cached.Options{Inner: m, Leaser: f})
+		defer s.Close(context.Background())
+		for range 20 {
+			apply(t, s, hitOn("a", fixed, 1))
+		}
+		synctest.Wait()
+		f.down.Store(true)
+		held := s.Unspent()
+		var admitted int64
+		var err error
+		for range 1000 {
+			v := make([]algorithm.Verdict, 1)
+			if err = s.Apply(context.Background(), []store.Hit{hitOn("a", fixed, 1)}, v); err != nil {
+				break
+			}
+			admitted++
+		}
+		if !errors.Is(err, store.ErrUnavailable) {
+			t.Fatalf("error %v, want %v", err, store.ErrUnavailable)
+		}
+		if admitted != held {
+			t.Fatalf("admitted %d during the outage, held %d", admitted, held)
+		}
+	})
+}

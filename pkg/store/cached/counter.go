@@ -1,0 +1,296 @@
+package cached
+
+import (
+	"slices"
+	"time"
+
+	"github.com/tollgatehq/tollgate/pkg/algorithm"
+	"github.com/tollgatehq/tollgate/pkg/store"
+)
+
+// counter is this instance's view of one shared counter: the grants it
+// holds, what the counter said at the last grant, and the local demand.
+// Its fields are guarded by its shard's lock.
+type counter struct {
+	key     uint64
+	domain  string
+	entries []store.Entry
+	shard   string
+	limit   algorithm.Limit // as the latest hit gave it
+
+	// grants are the leases held, spent in order; a grant with no Hits
+	// is empty.
+	grants [2]grant
+	seq    uint64
+	// last is the counter's verdict at the last grant, made at lastAt;
+	// lastHits is that grant's size.
+	last     algorithm.Verdict
+	lastAt   int64
+	lastHits int64
+	// left is what the counter held for everyone after the last grant.
+	left int64
+	// overUntil is when a counter that granted nothing may admit again.
+	overUntil int64
+	// renewing is closed when the reservation in flight is answered.
+	renewing chan struct{}
+	queued   bool
+	gone     bool
+
+	// used is the last hit's time; rateAt starts the current demand
+	// interval, whose hits are rateCur, after ratePrev in the previous.
+	used              int64
+	rateAt            int64
+	rateCur, ratePrev int64
+}
+
+// grant is a lease held and how much of it is spent.
+type grant struct {
+	lease algorithm.Lease
+	spent int64
+	seq   uint64
+}
+
+func newCounter(h *store.Hit, key uint64) *counter {
+	return &counter{
+		key:     key,
+		domain:  h.Domain,
+		entries: slices.Clone(h.Entries),
+		shard:   h.Shard,
+		limit:   h.Limit,
+		left:    h.Limit.Capacity(),
+	}
+}
+
+// touch records a hit at now for the demand estimate.
+func (c *counter) touch(h *store.Hit, now, interval int64) {
+	c.limit = h.Limit
+	c.used = now
+	if d := now - c.rateAt; d >= interval {
+		c.ratePrev = c.rateCur
+		if d >= 2*interval {
+			c.ratePrev = 0
+		}
+		c.rateCur, c.rateAt = 0, now
+	}
+	c.rateCur += max(h.Cost, 1)
+}
+
+// room returns the unspent hits held.
+func (c *counter) room() int64 {
+	return c.grants[0].lease.Hits - c.grants[0].spent + c.grants[1].lease.Hits - c.grants[1].spent
+}
+
+// The outcomes of spend.
+const (
+	spendLocal  = iota // decided from the lease
+	spendOver          // rejected: the counter is known to be over
+	spendStrict        // for the inner store, d.strict set
+	spendEmpty         // the lease lacks room: reserve, then try again
+)
+
+// spend decides h from c's grants at now.
+func (c *counter) spend(s *Store, h *store.Hit, d *decision, v *algorithm.Verdict, now int64) int {
+	c.expire(s, now)
+	room := c.room()
+	d.c = c
+	switch {
+	case h.Cost == 0:
+		// A check: room for one more hit passes; otherwise the counter
+		// alone knows (an always-charged check passes at the limit).
+		if room >= 1 {
+			*v = c.status(now)
+			return spendLocal
+		}
+		if c.overUntil > now && h.Limit.Charge == algorithm.ChargeAdmitted {
+			*v = c.over(now)
+			return spendOver
+		}
+		d.inner, d.strict = true, 0
+		return spendStrict
+	case h.Limit.Charge == algorithm.ChargeAlways:
+		// What the lease holds is charged here; the rest goes to the
+		// counter at once, never swallowed.
+		take := min(room, h.Cost)
+		c.take(d, take)
+		d.always = true
+		if take == h.Cost {
+			*v = c.status(now)
+			return spendLocal
+		}
+		d.inner, d.strict = true, h.Cost-take
+		return spendStrict
+	case room >= h.Cost:
+		c.take(d, h.Cost)
+		*v = c.status(now)
+		return spendLocal
+	case c.overUntil > now:
+		*v = c.over(now)
+		return spendOver
+	case c.leftAt(now) < shareDivisor:
+		// Near the limit a lease would be a single hit held while others
+		// starve: decide strictly, as the shared counter would.
+		d.inner, d.strict, d.probe = true, h.Cost, true
+		return spendStrict
+	}
+	return spendEmpty
+}
+
+// take spends n hits from the grants in order, recording them in d.
+func (c *counter) take(d *decision, n int64) {
+	for i := range c.grants {
+		g := &c.grants[i]
+		k := min(n, g.lease.Hits-g.spent)
+		if k <= 0 {
+			continue
+		}
+		g.spent += k
+		n -= k
+		d.parts[d.nparts] = part{seq: g.seq, n: k, lease: g.lease}
+		d.nparts++
+	}
+}
+
+// unspend gives back hits taken from a grant still held, and reports
+// whether it was.
+func (c *counter) unspend(p part) bool {
+	for i := range c.grants {
+		if g := &c.grants[i]; g.lease.Hits > 0 && g.seq == p.seq {
+			g.spent -= p.n
+			return true
+		}
+	}
+	return false
+}
+
+// status is the verdict of an admitted hit: what the counter held for
+// everyone at the last grant plus what this instance holds unspent, and
+// the reset counted down from the grant.
+func (c *counter) status(now int64) algorithm.Verdict {
+	return algorithm.Verdict{
+		Allowed:    true,
+		Limit:      c.last.Limit,
+		Remaining:  c.last.Remaining + c.room(),
+		ResetAfter: countdown(c.last.ResetAfter, now-c.lastAt),
+	}
+}
+
+// over is the verdict of a hit rejected because the counter granted
+// nothing: the counter's own, counted down.
+func (c *counter) over(now int64) algorithm.Verdict {
+	return algorithm.Verdict{
+		Limit:      c.last.Limit,
+		Remaining:  c.room(),
+		ResetAfter: countdown(c.last.ResetAfter, now-c.lastAt),
+		RetryAfter: time.Duration(c.overUntil-now) * time.Microsecond,
+	}
+}
+
+func countdown(d time.Duration, elapsed int64) time.Duration {
+	return max(0, d-time.Duration(elapsed)*time.Microsecond)
+}
+
+// request is the reservation c asks for: about one RenewInterval of its
+// recent demand, at least need, at most the counter's remainder at the
+// last grant over shareDivisor (but at least one).
+func (c *counter) request(s *Store, need int64) store.LeaseRequest {
+	left := c.leftAt(s.now())
+	want := max(1, c.rateCur, c.ratePrev)
+	want = min(want, max(1, left/shareDivisor))
+	want = max(want, need)
+	lifetime := s.lifetime
+	if c.limit.Kind != algorithm.TokenBucket {
+		lifetime = time.Duration(c.limit.Period) * time.Microsecond // the window ends it
+	}
+	return store.LeaseRequest{
+		Domain: c.domain, Entries: c.entries, Shard: c.shard, Limit: c.limit,
+		Want: want, Lifetime: lifetime,
+	}
+}
+
+// leftAt is what the counter held for everyone at the last answer, or
+// its capacity once a new window has started since.
+func (c *counter) leftAt(now int64) int64 {
+	if c.limit.Kind != algorithm.TokenBucket && c.lastAt/c.limit.Period != now/c.limit.Period {
+		return c.limit.Capacity()
+	}
+	return c.left
+}
+
+// strictAnswer takes in the inner store's verdict v on a hit of cost
+// decided strictly at now because the counter was near its limit.
+func (c *counter) strictAnswer(v algorithm.Verdict, cost, now int64) {
+	c.last, c.lastAt, c.lastHits, c.left = v, now, 0, v.Remaining
+	if !v.Allowed && v.RetryAfter > 0 && cost <= 1 {
+		c.overUntil = now + v.RetryAfter.Microseconds()
+	}
+}
+
+// install takes in a lease reserved at at. A grant of nothing marks the
+// counter over until its RetryAfter; a grant to a forgotten counter is
+// given back.
+func (c *counter) install(s *Store, at int64, lease algorithm.Lease) {
+	c.last, c.lastAt, c.lastHits, c.left = lease.Verdict, at, lease.Hits, lease.Verdict.Remaining
+	if lease.Hits == 0 {
+		// Others may hold unspent leases they will not spend: ask again
+		// after a RenewInterval at the latest.
+		c.overUntil = at + min(max(1, lease.Verdict.RetryAfter.Microseconds()), s.interval)
+		return
+	}
+	c.overUntil = 0
+	if c.gone {
+		s.queueReturn(c, lease, lease.Hits)
+		return
+	}
+	c.expire(s, at)
+	c.seq++
+	g := grant{lease: lease, seq: c.seq}
+	for i := range c.grants {
+		h := &c.grants[i]
+		if h.lease.Hits == 0 {
+			*h = g
+			return
+		}
+	}
+	// Both slots hold grants: fold the new one into the second when
+	// spending it no later than the earlier end keeps every guarantee
+	// (any bucket grant, or one of the same window).
+	h := &c.grants[1]
+	if c.limit.Kind == algorithm.TokenBucket || h.lease.Window == lease.Window {
+		h.lease.Hits += lease.Hits
+		h.lease.Until = min(h.lease.Until, lease.Until)
+		h.lease.Verdict = lease.Verdict
+		return
+	}
+	s.queueReturn(c, lease, lease.Hits)
+}
+
+// expire ends the grants that may no longer be spent at now, queueing
+// their unspent hits for return, and drops spent ones.
+func (c *counter) expire(s *Store, now int64) {
+	for i := range c.grants {
+		g := &c.grants[i]
+		if g.lease.Hits == 0 {
+			continue
+		}
+		if now >= g.lease.Until {
+			s.queueReturn(c, g.lease, g.lease.Hits-g.spent)
+			*g = grant{}
+		} else if g.spent >= g.lease.Hits {
+			*g = grant{}
+		}
+	}
+	if c.grants[0].lease.Hits == 0 && c.grants[1].lease.Hits > 0 {
+		c.grants[0], c.grants[1] = c.grants[1], grant{}
+	}
+}
+
+// release queues the return of every unspent hit held.
+func (c *counter) release(s *Store) {
+	for i := range c.grants {
+		g := &c.grants[i]
+		if g.lease.Hits > 0 {
+			s.queueReturn(c, g.lease, g.lease.Hits-g.spent)
+		}
+		*g = grant{}
+	}
+}

@@ -1,0 +1,118 @@
+// Package cached is the store behind precision: cached. It stands in front
+// of the shared store (Redis) and decides most hits of a rule from a
+// lease: a budget of hits this instance reserved from the shared counter
+// in one call (algorithm.Reserve), charged to that counter at the grant,
+// and spent here with no I/O.
+//
+// # What it guarantees
+//
+// The fleet never admits more than the strict algorithm allows, because
+// no hit is admitted here that was not first charged to the shared
+// counter. Per algorithm (the invariants are stated and property-tested in
+// pkg/algorithm/lease.go):
+//
+//   - Fixed window: a lease is spent only before its Until, which is at
+//     the latest its window's end, so the hits the fleet admits in a window
+//     never exceed Requests.
+//   - Sliding-window counter: the same, and the previous window's weight
+//     only falls during a window, so a leased hit spent later finds the
+//     estimate no higher than at the grant.
+//   - Token bucket: a lease lasts at most Options.Lifetime (500 ms by
+//     default), so the fleet admits in any interval d at most what the
+//     strict bucket admits in d + Lifetime.
+//   - Sliding-window log: never leased; its hits go to the inner store,
+//     as do the hits of rules whose precision is strict (Hit.Cached false).
+//
+// Local clocks: Until is compared with Options.Now, so it must read the
+// clock the shared counter charges by; a skew of ε lets a lease be spent
+// up to ε past its end.
+//
+// # Batches
+//
+// A batch stays all or nothing, with store.Store's batch rule. Its leased
+// hits are decided first (always-charged ones before the others), taking
+// from the lease under the counter's lock. If a leased hit that is not
+// Soft is rejected, nothing else is charged: the local spends are given
+// back to the lease and the strict hits go to the inner store as checks
+// (cost 0) for their statuses. Otherwise the strict hits go to the inner
+// store in one batch, and if it rejects one that is not Soft (or fails),
+// the local spends are given back. An always-charged hit takes what the
+// lease holds and sends the rest to the inner store at once as an
+// always-charged hit; neither part is ever given back. A refund (cost < 0)
+// goes to the inner store, where it serves the whole fleet, and clears the
+// counter's over-limit state here; the lease is not credited.
+//
+// # Lease size and renewal
+//
+// A lease asks for one RenewInterval (100 ms) of this counter's recent
+// local demand (the hits of the current or previous interval, whichever is
+// larger), at least the hit waiting for it, and at most what the counter
+// held for everyone at the last answer divided by 64 (shareDivisor): a
+// holder takes a small share of what is left, so leases shrink as the
+// counter fills. Below 64 left, a hit no lease covers is decided strictly
+// by the inner store, and below 128 left nothing is reserved ahead, so
+// near its limit a counter behaves exactly as a strict one; the verdicts
+// of those strict hits tell the counter how much is left, and leasing
+// resumes when it is more (a new window, a refilled bucket).
+//
+// A renewal is queued when a quarter of the last grant or less is left
+// (or a bucket lease ends within a RenewInterval), one in flight per
+// counter; the Store's goroutine sends all queued renewals in one Reserve
+// call, so many counters share a round trip. A hit that finds its lease
+// empty waits for the renewal in flight within its context, or reserves
+// itself (the renewal_wait path); after three tries it is decided
+// strictly.
+//
+// A grant of nothing means the counter has no room: its hits are rejected
+// here (the over_limit path) with the counter's own verdict, ResetAfter
+// and RetryAfter counted down from the grant, until the RetryAfter it gave
+// or one RenewInterval, whichever is sooner (another instance may give its
+// lease back). A strict rejection of a cost-1 hit does the same until its
+// RetryAfter.
+//
+// # Statuses
+//
+// An admitted hit reports Remaining as what the counter held for everyone
+// at the last answer plus what this instance holds unspent, and ResetAfter
+// counted down from that answer. Remaining can be off by what the other
+// instances spent, reserved or gave back since (at most their leases plus
+// one RenewInterval of their demand), and for a bucket by the refill since
+// the answer; ResetAfter by the same traffic.
+//
+// # False rejections
+//
+// A hit is rejected although the fleet admitted less than the limit only
+// while other instances hold unspent leases: at most the sum of their
+// leases, each at most 1/64 of what was left at its grant, and none
+// reserved ahead in the last 128. An instance that dies without Close
+// takes its unspent leases with it: those hits stay charged until their
+// window ends, or for a bucket until they refill, and are at most what it
+// held (TestKilledHolder measures this). Nothing a dead or slow instance
+// does can cause overage.
+//
+// # Lifecycle
+//
+// Unspent hits go back (algorithm.Return, batched in one Return call per
+// tick) when a lease reaches its Until, when a counter has had no hit for
+// IdleAfter (1 s), when a counter is evicted to stay within MaxKeys, when
+// Drop or Reset forget it (the app calls them when a reload changes
+// rules), and on Close. The Store's one goroutine renews, returns and,
+// every RenewInterval, ends expired leases and idle counters (a scan of
+// all counters); Close stops it and returns everything.
+//
+// # Outages
+//
+// When the Leaser fails, hits are still decided from the leases held;
+// a hit that needs a reservation gets the Leaser's error (which wraps
+// store.ErrUnavailable), and the limiter answers it with the rule's
+// failure mode. Returns that fail are dropped (the hits stay charged: a
+// false rejection, never overage).
+//
+// # What it does not do
+//
+// It does not lease sliding-window logs, does not lease to hits of a
+// batch the lease cannot cover in full (they wait or go strict), and
+// does not know how many instances hold leases on a counter: the share
+// rule assumes nothing about the fleet's size. A Redis script that reports
+// the holders could divide by them instead.
+package cached

@@ -1,0 +1,280 @@
+package redis_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/tollgatehq/tollgate/pkg/algorithm"
+	"github.com/tollgatehq/tollgate/pkg/store"
+	"github.com/tollgatehq/tollgate/pkg/store/breaker"
+	"github.com/tollgatehq/tollgate/pkg/store/cached"
+	"github.com/tollgatehq/tollgate/pkg/store/redis"
+)
+
+// fleetLifetime is the token-bucket lease lifetime of the fleet test.
+const fleetLifetime = 500 * time.Millisecond
+
+// fleetEvent is one decision: the local clock before and after the call,
+// which bracket the instant it was made, on the counter of key.
+type fleetEvent struct {
+	key           int
+	before, after int64 // µs
+	allowed       bool
+}
+
+// TestCachedFleet runs three cached stores, each over its own Redis store
+// behind a circuit breaker, as three tollgate instances would be, against
+// ONE real Redis (standalone, and a three-master Cluster with the three
+// shared counters on different slots), with goroutines on shared keys at
+// 1.5 times the limit, on the server's clock. Admissions never exceed the
+// limit in any window (fixed window, sliding-window counter) or the strict
+// bucket's bound plus a lease's lifetime (token bucket); false rejections
+// and the share of decisions made without a round trip are reported.
+//
+// The instant of a decision is only known to lie between the local clock
+// before and after the call (Redis runs on this host's clock): a hit whose
+// call straddles a window boundary is left out of the window counts and
+// reported, and the bucket's bound is given the longest call's refill.
+func TestCachedFleet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the fleet runs on real time")
+	}
+	for _, start := range []func(testing.TB) deployment{standalone, cluster} {
+		d := start(t)
+		limits := []int64{5, 10_000}
+		if d.name == "cluster" {
+			limits = []int64{10_000}
+		}
+		for _, kind := range []algorithm.Kind{algorithm.FixedWindow, algorithm.SlidingWindowCounter, algorithm.TokenBucket} {
+			for _, requests := range limits {
+				name := fmt.Sprintf("%s/%s/%d", d.name, kind, requests)
+				t.Run(name, func(t *testing.T) {
+					l := algorithm.Limit{Kind: kind, Requests: requests, Period: 1_000_000}
+					run := runRedisFleet(t, d, l, name)
+					judgeFleet(t, name, l, run)
+				})
+			}
+		}
+	}
+}
+
+// fleetRun is the outcome of runRedisFleet.
+type fleetRun struct {
+	events []fleetEvent
+	// longest is the longest call, in µs.
+	longest int64
+	// paths counts the decisions by the cached stores' paths.
+	paths map[string]int64
+}
+
+// runRedisFleet runs the fleet for two and a half periods of l.
+func runRedisFleet(t *testing.T, d deployment, l algorithm.Limit, prefix string) fleetRun {
+	return runFleetOn(t, func() shared {
+		return newStore(t, redis.Options{Client: d.client(t), KeyPrefix: "f" + prefix})
+	}, l)
+}
+
+// shared is the store an instance of the fleet leases from.
+type shared interface {
+	store.Store
+	cached.Leaser
+}
+
+// runFleetOn runs the fleet on stores from newShared, one per instance.
+func runFleetOn(t *testing.T, newShared func() shared, l algorithm.Limit) fleetRun {
+	const (
+		instances     = 3
+		perInstance   = 4
+		keys          = 3
+		load          = 1.5
+		periodsToRun  = 2.5
+		maxPerRoutine = 100_000
+	)
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	fleet := make([]*cached.Store, instances)
+	for i := range fleet {
+		br, err := breaker.New(newShared(), breaker.Options{Name: "redis"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fleet[i] = cached.New(cached.Options{Inner: br, Leaser: br, Lifetime: fleetLifetime, MeterProvider: mp})
+	}
+	hits := make([][]store.Hit, keys)
+	for k := range hits {
+		// Different shards, so that a Cluster spreads the keys over slots.
+		v := fmt.Sprintf("shared%d", k)
+		hits[k] = []store.Hit{{Domain: "fleet", Entries: []store.Entry{{Key: "k", Value: v}}, Shard: v, Limit: l, Cost: 1, Cached: true}}
+	}
+	period := time.Duration(l.Period) * time.Microsecond
+	routines := instances * perInstance
+	gap := time.Duration(float64(period) * float64(routines) / (load * float64(keys) * float64(l.Requests)))
+	end := time.Now().Add(time.Duration(periodsToRun * float64(period)))
+	var (
+		mu  sync.Mutex
+		run fleetRun
+		wg  sync.WaitGroup
+	)
+	for g := range routines {
+		s := fleet[g%instances]
+		rng := rand.New(rand.NewPCG(uint64(g), uint64(l.Requests)))
+		wg.Go(func() {
+			v := make([]algorithm.Verdict, 1)
+			var events []fleetEvent
+			var longest int64
+			next := time.Now().Add(time.Duration(rng.Int64N(int64(gap))))
+			for range maxPerRoutine {
+				// Pace the offered load: Poisson arrivals, each sent at its
+				// time or, when calls fall behind, at once.
+				next = next.Add(time.Duration(rng.ExpFloat64() * float64(gap)))
+				if next.After(end) {
+					break
+				}
+				time.Sleep(time.Until(next))
+				k := rng.IntN(keys)
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				before := algorithm.Micros(time.Now())
+				err := s.Apply(ctx, hits[k], v)
+				after := algorithm.Micros(time.Now())
+				cancel()
+				if err != nil {
+					t.Errorf("Apply: %v", err)
+					return
+				}
+				longest = max(longest, after-before)
+				events = append(events, fleetEvent{key: k, before: before, after: after, allowed: v[0].Allowed})
+			}
+			mu.Lock()
+			run.events = append(run.events, events...)
+			run.longest = max(run.longest, longest)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	run.paths = decisionPaths(t, reader)
+	for _, s := range fleet {
+		if err := s.Close(context.Background()); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	}
+	return run
+}
+
+// decisionPaths reads tollgate_cached_decisions by path.
+func decisionPaths(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatalf("collecting metrics: %v", err)
+	}
+	paths := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "tollgate_cached_decisions" {
+				for _, dp := range sum.DataPoints {
+					p, _ := dp.Attributes.Value("path")
+					paths[p.AsString()] += dp.Value
+				}
+			}
+		}
+	}
+	return paths
+}
+
+// judgeFleet checks each counter's admissions against l's guarantee and
+// logs the figures.
+func judgeFleet(t *testing.T, name string, l algorithm.Limit, run fleetRun) {
+	t.Helper()
+	var admitted, falses, straddling int
+	byKey := map[int][]fleetEvent{}
+	for _, e := range run.events {
+		byKey[e.key] = append(byKey[e.key], e)
+	}
+	for k, events := range byKey {
+		slices.SortFunc(events, func(a, b fleetEvent) int { return int(a.after - b.after) })
+		a, f, s, over := judgeCounter(t, l, events, run.longest)
+		if over != "" {
+			t.Errorf("key %d: %s", k, over)
+		}
+		admitted, falses, straddling = admitted+a, falses+f, straddling+s
+	}
+	var total int64
+	for _, n := range run.paths {
+		total += n
+	}
+	local := run.paths["local"] + run.paths["over_limit"]
+	// A large limit is decided mostly without a round trip; without
+	// leases nothing would be.
+	if l.Requests >= 10_000 && float64(local) < 0.3*float64(total) {
+		t.Errorf("%d of %d decisions made locally, want at least 30 %%", local, total)
+	}
+	t.Logf("RESULT %s decisions=%d admitted=%d false_rejections=%d (%.3f%% of admitted) local=%.1f%% (lease %d, over_limit %d, renewal_wait %d, strict %d) straddling=%d longest_call=%dµs",
+		name, len(run.events), admitted, falses, 100*float64(falses)/float64(max(admitted, 1)),
+		100*float64(local)/float64(max(total, 1)), run.paths["local"], run.paths["over_limit"], run.paths["renewal_wait"], run.paths["strict"],
+		straddling, run.longest)
+}
+
+// judgeCounter checks the decisions on one counter, sorted by their after
+// instant, and returns the hits admitted, the false rejections (hits
+// rejected that the strict algorithm would have admitted after what the
+// fleet had admitted) and the admitted hits whose call straddled a window
+// boundary, and a description of the worst breach of the guarantee, if
+// any.
+func judgeCounter(t *testing.T, l algorithm.Limit, events []fleetEvent, longest int64) (admitted, falses, straddling int, over string) {
+	t.Helper()
+	var worst int64 // the most above the limit
+	window := func(at int64) int64 { return at - at%l.Period }
+	count := map[int64]int64{}
+	slack := float64(fleetLifetime.Microseconds()+longest) * float64(l.Requests) / float64(l.Period)
+	capacity := float64(l.Capacity()) + slack
+	tokens, last := capacity, int64(0)
+	var sim algorithm.State
+	always := l
+	always.Charge = algorithm.ChargeAlways
+	for _, e := range events {
+		if !e.allowed {
+			if _, v := algorithm.Apply(l, sim, e.after, 1); v.Allowed {
+				falses++
+			}
+			continue
+		}
+		admitted++
+		sim, _ = algorithm.Apply(always, sim, e.after, 1)
+		w := window(e.after)
+		if l.Kind != algorithm.TokenBucket && window(e.before) != w {
+			straddling++
+			continue
+		}
+		count[w]++
+		switch l.Kind {
+		case algorithm.FixedWindow:
+			if d := count[w] - l.Requests; d > worst {
+				worst, over = d, fmt.Sprintf("%d hits admitted in the window at %d, limit %d", count[w], w, l.Requests)
+			}
+		case algorithm.SlidingWindowCounter:
+			elapsed := e.after - w
+			est := (count[w-l.Period]*(l.Period-elapsed)+l.Period-1)/l.Period + count[w]
+			if d := est - l.Requests; d > worst {
+				worst, over = d, fmt.Sprintf("estimate %d at %d, limit %d", est, e.after, l.Requests)
+			}
+		case algorithm.TokenBucket:
+			if last != 0 {
+				tokens = math.Min(capacity, tokens+float64(e.after-last)*float64(l.Requests)/float64(l.Period))
+			}
+			last = e.after
+			if d := int64(math.Ceil(1 - 1e-9 - tokens)); d > worst {
+				worst, over = d, fmt.Sprintf("bucket admitted %d beyond the strict bound at %d", d, e.after)
+			}
+			tokens--
+		}
+	}
+	return admitted, falses, straddling, over
+}
