@@ -13,7 +13,9 @@
 // interval plus the delay, at most its share of what the counter had left
 // at the last grant; a grant of nothing marks the counter over until the
 // retry time the global store gave; unspent hits go back when a lease
-// ends. Grants and returns are algorithm.Reserve and algorithm.Return on
+// ends. A window's leases end with the window, so a region asks for the
+// next window's lease ahead, timed to reach the global store as the window
+// begins. Grants and returns are algorithm.Reserve and algorithm.Return on
 // the global counter, applied when the message arrives.
 //
 // Run it with `go run ./integration/leasesim`.
@@ -98,6 +100,7 @@ type region struct {
 	count     int64   // arrivals since since
 	since     int64
 	waiting   []int64 // arrival times of requests waiting for a renewal
+	prefetch  int64   // the window whose lease was asked for ahead
 }
 
 type lease struct {
@@ -112,6 +115,7 @@ type event struct {
 	region int
 	want   int64
 	lease  lease
+	ahead  bool // a lease asked for ahead of its window
 }
 
 const (
@@ -251,6 +255,16 @@ func simulate(c config) result {
 			if held(r, e.at) < int64(math.Ceil(r.recent*float64(2*c.delay+renewEvery/4)))+1 {
 				renew(e.region, e.at)
 			}
+			// A window's leases end with it: ask for the next window's
+			// ahead, timed to reach the global store as it begins.
+			if next := e.at - e.at%c.limit.Period + c.limit.Period; c.limit.Kind != algorithm.TokenBucket &&
+				r.prefetch != next && next-e.at <= c.delay+renewEvery/4 {
+				r.prefetch = next
+				want := int64(math.Ceil(r.recent * float64(min(renewEvery+2*c.delay, c.limit.Period))))
+				want = max(1, min(want, c.limit.Requests/int64(len(regions))))
+				res.calls++
+				heap.Push(q, event{at: max(e.at+c.delay, next), kind: evReserve, region: e.region, want: want, ahead: true})
+			}
 			// Requests past their deadline are rejected.
 			waiting := r.waiting[:0]
 			for _, at := range r.waiting {
@@ -268,9 +282,11 @@ func simulate(c config) result {
 				life = c.limit.Period // a window's lease lasts until the window ends
 			}
 			global, l = algorithm.Reserve(c.limit, global, e.at, e.want, life)
-			heap.Push(q, event{at: e.at + c.delay, kind: evGranted, region: e.region, lease: lease{Lease: l}})
+			heap.Push(q, event{at: e.at + c.delay, kind: evGranted, region: e.region, lease: lease{Lease: l}, ahead: e.ahead})
 		case evGranted:
-			r.inflight = false
+			if !e.ahead {
+				r.inflight = false
+			}
 			r.remaining = e.lease.Verdict.Remaining
 			if e.lease.Hits == 0 {
 				r.over = e.at + e.lease.Verdict.RetryAfter.Microseconds()
