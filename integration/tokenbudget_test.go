@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -308,21 +307,18 @@ descriptors:
       - key: client
         rate_limit: {unit: year, requests_per_unit: 3}
 `)
-	grpcAddr, httpAddr, debugAddr := closedAddr(t), closedAddr(t), closedAddr(t)
-	port := func(addr string) string { return addr[strings.LastIndexByte(addr, ':')+1:] }
+	// Port 0 everywhere: the ports come from the start-up log line, so no
+	// other process can take them first.
 	logs := startFromEnv(t, map[string]string{
 		"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_WATCH_ROOT": "false",
 		"USE_STATSD": "false", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": srv.Addr,
-		"HOST": "127.0.0.1", "PORT": port(httpAddr), "GRPC_HOST": "127.0.0.1", "GRPC_PORT": port(grpcAddr),
-		"DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": port(debugAddr),
+		"HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0",
+		"DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0",
 	})
-	eventually(t, 10*time.Second, "GET /healthcheck on PORT answers 200", func() bool {
-		resp, err := http.Get("http://" + httpAddr + "/healthcheck")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
+	var grpcAddr string
+	eventually(t, 10*time.Second, "tollgate logs its addresses", func() bool {
+		grpcAddr = logValue(logs.String(), "tollgate serving", "grpc")
+		return grpcAddr != ""
 	})
 	client, err := rlsclient.Dial(grpcAddr)
 	if err != nil {
@@ -340,6 +336,22 @@ descriptors:
 	if !strings.Contains(logs.String(), "charge always") {
 		t.Errorf("the log does not say the default charge is always:\n%s", logs)
 	}
+}
+
+// logValue returns the value of key in the first log line with message
+// msg, or "".
+func logValue(logs, msg, key string) string {
+	for line := range strings.Lines(logs) {
+		if !strings.Contains(line, `msg="`+msg+`"`) {
+			continue
+		}
+		for field := range strings.FieldsSeq(line) {
+			if v, ok := strings.CutPrefix(field, key+"="); ok {
+				return v
+			}
+		}
+	}
+	return ""
 }
 
 // TestTokenBudgetNothingLost runs three instances on one Redis while many
