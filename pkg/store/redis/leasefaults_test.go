@@ -1,0 +1,347 @@
+package redis_test
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/tollgatehq/tollgate/integration/redistest"
+	"github.com/tollgatehq/tollgate/pkg/algorithm"
+	"github.com/tollgatehq/tollgate/pkg/store"
+	"github.com/tollgatehq/tollgate/pkg/store/breaker"
+	"github.com/tollgatehq/tollgate/pkg/store/cached"
+	"github.com/tollgatehq/tollgate/pkg/store/redis"
+)
+
+// Fault tests of leased budgets on a real Redis: an instance that dies
+// holding leases, and Redis killed or hung while instances hold leases.
+
+// faultDeadline bounds every wait of the fault tests.
+const faultDeadline = 10 * time.Second
+
+// ledger stands between a cached store and its shared store, as both its
+// Inner and its Leaser, and keeps the account of what the instance holds:
+// hits granted to it, less hits it gave back, less hits it admitted from
+// leases (all it admitted less what its inner store admitted). Once dead,
+// it makes no more calls, as a killed process would not: Reserve and Apply
+// fail and Return gives nothing back.
+type ledger struct {
+	next shared
+
+	mu       sync.Mutex
+	dead     bool
+	calls    int   // leaser calls in flight
+	pending  int64 // hits wanted by reservations in flight
+	granted  int64
+	returned int64
+	strict   int64 // hits the inner store admitted
+}
+
+var errDead = fmt.Errorf("%w: instance killed", store.ErrUnavailable)
+
+func (l *ledger) Apply(ctx context.Context, hits []store.Hit, verdicts []algorithm.Verdict) error {
+	l.mu.Lock()
+	dead := l.dead
+	l.mu.Unlock()
+	if dead {
+		return errDead
+	}
+	err := l.next.Apply(ctx, hits, verdicts)
+	if err != nil {
+		return err
+	}
+	var n int64
+	for i := range hits {
+		if verdicts[i].Allowed && hits[i].Cost > 0 {
+			n += hits[i].Cost
+		}
+	}
+	l.mu.Lock()
+	l.strict += n
+	l.mu.Unlock()
+	return nil
+}
+
+func (l *ledger) Reserve(ctx context.Context, reqs []store.LeaseRequest, leases []algorithm.Lease) error {
+	var want int64
+	for i := range reqs {
+		want += reqs[i].Want
+	}
+	l.mu.Lock()
+	if l.dead {
+		l.mu.Unlock()
+		return errDead
+	}
+	l.calls++
+	l.pending += want
+	l.mu.Unlock()
+	err := l.next.Reserve(ctx, reqs, leases)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls--
+	l.pending -= want
+	if err == nil {
+		for i := range leases {
+			l.granted += leases[i].Hits
+		}
+	}
+	return err
+}
+
+func (l *ledger) Return(ctx context.Context, returns []store.LeaseReturn) error {
+	l.mu.Lock()
+	if l.dead {
+		l.mu.Unlock()
+		return nil
+	}
+	l.calls++
+	l.mu.Unlock()
+	err := l.next.Return(ctx, returns)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls--
+	if err == nil {
+		for i := range returns {
+			l.returned += min(returns[i].Unspent, returns[i].Lease.Hits)
+		}
+	}
+	return err
+}
+
+// kill makes the ledger dead and waits until no call is in flight.
+func (l *ledger) kill(t *testing.T) {
+	t.Helper()
+	l.mu.Lock()
+	l.dead = true
+	l.mu.Unlock()
+	waitFor(t, "the dead instance's calls to end", func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.calls == 0
+	})
+}
+
+// held returns an upper bound of the unspent hits the instance holds,
+// given that it has admitted admitted hits: a reservation in flight counts
+// as granted in full, and a hit being decided as unspent.
+func (l *ledger) held(admitted int64) (held, strict int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.granted + l.pending - l.returned - (admitted - l.strict), l.strict
+}
+
+// waitFor polls cond until it holds, failing t after faultDeadline.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(faultDeadline)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up after %s waiting for %s", faultDeadline, what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// faultFleet is a fleet of cached stores on one Redis, each over its own
+// Redis store, breaker and ledger, driven by paced goroutines on one key.
+type faultFleet struct {
+	l         algorithm.Limit
+	stores    []*cached.Store
+	ledgers   []*ledger
+	breakers  []*breaker.Store
+	opened    []atomic.Bool // the breaker has been open
+	closedAgn []atomic.Bool // the breaker closed after it had been open
+	hit       []store.Hit
+
+	admitted []atomic.Int64 // per instance
+	failed   []atomic.Int64 // calls that failed with store.ErrUnavailable, per instance
+	stopped  []atomic.Bool  // per instance: its goroutines stop
+
+	mu      sync.Mutex
+	events  []fleetEvent
+	longest int64
+	other   []error // errors that do not wrap store.ErrUnavailable
+	wg      sync.WaitGroup
+}
+
+// newFaultFleet starts instances cached stores on the Redis at addr.
+func newFaultFleet(t *testing.T, addr, prefix string, l algorithm.Limit, instances int) *faultFleet {
+	f := &faultFleet{
+		l:         l,
+		opened:    make([]atomic.Bool, instances),
+		closedAgn: make([]atomic.Bool, instances),
+		admitted:  make([]atomic.Int64, instances),
+		failed:    make([]atomic.Int64, instances),
+		stopped:   make([]atomic.Bool, instances),
+		hit:       []store.Hit{{Domain: "faults", Entries: []store.Entry{{Key: "k", Value: "v"}}, Limit: l, Cost: 1, Cached: true}},
+	}
+	for i := range instances {
+		c := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+		t.Cleanup(func() { _ = c.Close() })
+		r := newStore(t, redis.Options{Client: c, KeyPrefix: prefix})
+		br, err := breaker.New(r, breaker.Options{Failures: 3, OpenFor: 200 * time.Millisecond, OnChange: func(s breaker.State) {
+			switch {
+			case s == breaker.Open:
+				f.opened[i].Store(true)
+			case s == breaker.Closed && f.opened[i].Load():
+				f.closedAgn[i].Store(true)
+			}
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lg := &ledger{next: br}
+		s := cached.New(cached.Options{Inner: lg, Leaser: lg, Lifetime: fleetLifetime, Timeout: 100 * time.Millisecond})
+		t.Cleanup(func() { _ = s.Close(context.Background()) })
+		f.stores, f.ledgers, f.breakers = append(f.stores, s), append(f.ledgers, lg), append(f.breakers, br)
+	}
+	return f
+}
+
+// drive starts perInstance goroutines per instance offering load times
+// the limit in all, with Poisson arrivals, until end or until their
+// instance is stopped.
+func (f *faultFleet) drive(t *testing.T, load float64, perInstance int, end time.Time) {
+	period := time.Duration(f.l.Period) * time.Microsecond
+	routines := len(f.stores) * perInstance
+	gap := time.Duration(float64(period) * float64(routines) / (load * float64(f.l.Requests)))
+	for g := range routines {
+		inst := g % len(f.stores)
+		rng := rand.New(rand.NewPCG(uint64(g), uint64(f.l.Requests)))
+		f.wg.Go(func() {
+			v := make([]algorithm.Verdict, 1)
+			var events []fleetEvent
+			var longest int64
+			next := time.Now().Add(time.Duration(rng.Int64N(int64(gap))))
+			for range 100_000 {
+				next = next.Add(time.Duration(rng.ExpFloat64() * float64(gap)))
+				if next.After(end) || f.stopped[inst].Load() {
+					break
+				}
+				time.Sleep(time.Until(next))
+				ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+				before := algorithm.Micros(time.Now())
+				err := f.stores[inst].Apply(ctx, f.hit, v)
+				after := algorithm.Micros(time.Now())
+				cancel()
+				if err != nil {
+					if !errors.Is(err, store.ErrUnavailable) {
+						f.mu.Lock()
+						f.other = append(f.other, err)
+						f.mu.Unlock()
+					}
+					f.failed[inst].Add(1)
+					continue
+				}
+				longest = max(longest, after-before)
+				if v[0].Allowed {
+					f.admitted[inst].Add(1)
+				}
+				events = append(events, fleetEvent{key: inst, before: before, after: after, allowed: v[0].Allowed})
+			}
+			f.mu.Lock()
+			f.events = append(f.events, events...)
+			f.longest = max(f.longest, longest)
+			f.mu.Unlock()
+		})
+	}
+}
+
+// wait waits for the goroutines and fails t on an error that does not
+// wrap store.ErrUnavailable.
+func (f *faultFleet) wait(t *testing.T) {
+	t.Helper()
+	f.wg.Wait()
+	for _, err := range f.other {
+		t.Errorf("Apply: %v, want an error wrapping store.ErrUnavailable", err)
+	}
+}
+
+// judge checks the guarantee on the events whose call began at from or
+// later (all instances on one counter), and returns the admitted hits,
+// the false rejections and the capacity lost: per window, the rejections
+// up to what the fleet left of the limit.
+func (f *faultFleet) judge(t *testing.T, name string, from int64) (admitted, falses int, lost int64) {
+	t.Helper()
+	var events []fleetEvent
+	perWindow, rejections := map[int64]int64{}, map[int64]int64{}
+	for _, e := range f.events {
+		if e.before < from {
+			continue
+		}
+		events = append(events, fleetEvent{before: e.before, after: e.after, allowed: e.allowed})
+		w := e.after - e.after%f.l.Period
+		if e.allowed {
+			perWindow[w]++
+		} else {
+			rejections[w]++
+		}
+	}
+	sortByAfter(events)
+	admitted, falses, _, over := judgeCounter(t, f.l, events, f.longest)
+	if over != "" {
+		t.Errorf("%s: %s", name, over)
+	}
+	if f.l.Kind == algorithm.FixedWindow {
+		for w, n := range rejections {
+			lost += min(n, max(0, f.l.Requests-perWindow[w]))
+		}
+	}
+	return admitted, falses, lost
+}
+
+func sortByAfter(events []fleetEvent) {
+	slices.SortFunc(events, func(a, b fleetEvent) int { return cmp.Compare(a.after, b.after) })
+}
+
+// startOfWindowAt returns the instant offset into the next window of p µs.
+func startOfWindowAt(p int64, offset time.Duration) time.Time {
+	period := time.Duration(p) * time.Microsecond
+	return time.Now().Truncate(period).Add(period + offset)
+}
+
+// TestCachedKilledHolder runs three cached stores on one real Redis at
+// 1.5 times a fixed-window limit and kills one in the middle of a window:
+// its goroutines stop, its calls stop and its leases are never given back,
+// while the other two go on. The fleet never admits more than the limit
+// in a window, and the capacity lost (hits rejected while the fleet had
+// admitted less than the limit in their window) is at most what the dead
+// instance held.
+func TestCachedKilledHolder(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the fleet runs on real time")
+	}
+	srv := redistest.StartStandalone(t)
+	l := algorithm.Limit{Kind: algorithm.FixedWindow, Requests: 2000, Period: 1_000_000}
+	f := newFaultFleet(t, srv.Addr, "killed", l, 3)
+	start := startOfWindowAt(l.Period, 0)
+	time.Sleep(time.Until(start)) // not a wait for something: the run starts on a window boundary
+	end := start.Add(2500 * time.Millisecond)
+	f.drive(t, 1.5, 4, end)
+	// Kill the third instance 1.3 s in, early in the second window, while
+	// the counter still has room and leases are large.
+	killAt := start.Add(1300 * time.Millisecond)
+	time.Sleep(time.Until(killAt))
+	victim := len(f.stores) - 1
+	f.stopped[victim].Store(true)
+	f.ledgers[victim].kill(t)
+	held, _ := f.ledgers[victim].held(f.admitted[victim].Load())
+	f.wait(t)
+	if held <= 0 {
+		t.Fatalf("the killed instance held %d hits", held)
+	}
+	admitted, falses, lost := f.judge(t, "killed holder", 0)
+	t.Logf("RESULT killed holder: held %d hits at the kill; %d admitted, %d false rejections, %d hits of capacity lost", held, admitted, falses, lost)
+	if lost > held {
+		t.Errorf("%d hits of capacity lost, more than the %d the killed instance held", lost, held)
+	}
+}
