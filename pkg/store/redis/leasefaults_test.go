@@ -139,6 +139,16 @@ func (l *ledger) held(admitted int64) (held, strict int64) {
 	return l.granted + l.pending - l.returned - (admitted - l.strict), l.strict
 }
 
+// settled returns the unspent hits the instance holds by the account of
+// the calls that have ended, given that it has admitted admitted hits:
+// hits being decided count as unspent, and hits whose return failed as
+// held.
+func (l *ledger) settled(admitted int64) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.granted - l.returned - (admitted - l.strict)
+}
+
 // waitFor polls cond until it holds, failing t after faultDeadline.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -343,5 +353,105 @@ func TestCachedKilledHolder(t *testing.T) {
 	t.Logf("RESULT killed holder: held %d hits at the kill; %d admitted, %d false rejections, %d hits of capacity lost", held, admitted, falses, lost)
 	if lost > held {
 		t.Errorf("%d hits of capacity lost, more than the %d the killed instance held", lost, held)
+	}
+}
+
+// TestCachedRedisFaults runs two cached stores on one real standalone
+// Redis at 1.5 times the limit and kills or hangs Redis (SIGKILL, SIGSTOP)
+// while they hold leases. While Redis is down each instance admits at most
+// what it held, then its hits fail with store.ErrUnavailable, and its
+// breaker opens; once Redis is back the breakers close and the fleet
+// admits no more than the limit: over the whole run when Redis kept its
+// data (hung), and from the restart on when it lost it (killed, no
+// persistence: the counters start again empty, as they would for strict
+// precision; every instance had spent its leases by then).
+func TestCachedRedisFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the fleet runs on real time")
+	}
+	for _, tc := range []struct {
+		name string
+		kind algorithm.Kind
+		hang bool
+	}{
+		{"killed/fixed_window", algorithm.FixedWindow, false},
+		{"hung/fixed_window", algorithm.FixedWindow, true},
+		{"killed/token_bucket", algorithm.TokenBucket, false},
+		{"hung/token_bucket", algorithm.TokenBucket, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.StartStandalone(t)
+			l := algorithm.Limit{Kind: tc.kind, Requests: 2000, Period: 1_000_000}
+			f := newFaultFleet(t, srv.Addr, "faults", l, 2)
+			start := startOfWindowAt(l.Period, 0)
+			time.Sleep(time.Until(start)) // not a wait for something: the run starts on a window boundary
+			end := start.Add(2 * time.Second)
+			f.drive(t, 1.5, 2, end)
+			// Fail Redis 0.2 s into the first window, while the counter
+			// has room and the instances hold leases.
+			time.Sleep(time.Until(start.Add(200 * time.Millisecond)))
+			if tc.hang {
+				srv.Stop()
+			} else {
+				srv.Kill()
+			}
+			held := make([]int64, len(f.stores))
+			admitted := make([]int64, len(f.stores))
+			strict := make([]int64, len(f.stores))
+			for i, lg := range f.ledgers {
+				admitted[i] = f.admitted[i].Load()
+				held[i], strict[i] = lg.held(admitted[i])
+			}
+			waitFor(t, "every instance to fail and its breaker to open", func() bool {
+				for i := range f.stores {
+					if f.failed[i].Load() == 0 || !f.opened[i].Load() {
+						return false
+					}
+				}
+				return true
+			})
+			var spent, left []int64
+			for i, lg := range f.ledgers {
+				_, s := lg.held(0)
+				n := f.admitted[i].Load() - admitted[i]
+				spent = append(spent, n)
+				if n > held[i]+s-strict[i] {
+					t.Errorf("instance %d admitted %d hits while Redis was down, holding at most %d", i, n, held[i])
+				}
+				// Before its window ends, an instance that failed had
+				// spent every hit it held (but those of hits still being
+				// decided).
+				left = append(left, lg.settled(f.admitted[i].Load()))
+				if n := left[i]; tc.kind == algorithm.FixedWindow && time.Now().Before(start.Add(time.Second)) && n > 2 {
+					t.Errorf("instance %d failed holding %d hits", i, n)
+				}
+			}
+			if tc.hang {
+				srv.Continue()
+			} else {
+				srv.Restart()
+			}
+			back := algorithm.Micros(time.Now())
+			waitFor(t, "every breaker to close", func() bool {
+				for i := range f.stores {
+					if !f.closedAgn[i].Load() {
+						return false
+					}
+				}
+				return true
+			})
+			f.wait(t)
+			var failed int64
+			for i := range f.failed {
+				failed += f.failed[i].Load()
+			}
+			from := int64(0)
+			if !tc.hang {
+				from = back
+			}
+			all, falses, lost := f.judge(t, tc.name, from)
+			t.Logf("RESULT %s: held at most %v at the fault, admitted %v while down, left %v when all had failed; %d calls failed; after recovery: %d admitted, %d false rejections, %d hits of capacity lost",
+				tc.name, held, spent, left, failed, all, falses, lost)
+		})
 	}
 }
