@@ -1,12 +1,18 @@
 package redis_test
 
 import (
+	"bufio"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"os"
+	"os/exec"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -36,6 +42,11 @@ const faultDeadline = 10 * time.Second
 // fail and Return gives nothing back.
 type ledger struct {
 	next shared
+	// trace, if set, gets a line per event of the account (see
+	// TestCachedKilledProcess), written before the event for a
+	// reservation and after it otherwise, so that a reader cut off at any
+	// point overestimates what the instance held.
+	trace func(format string, args ...any)
 
 	mu       sync.Mutex
 	dead     bool
@@ -68,6 +79,9 @@ func (l *ledger) Apply(ctx context.Context, hits []store.Hit, verdicts []algorit
 	l.mu.Lock()
 	l.strict += n
 	l.mu.Unlock()
+	if l.trace != nil && n > 0 {
+		l.trace("s %d", n)
+	}
 	return nil
 }
 
@@ -84,15 +98,23 @@ func (l *ledger) Reserve(ctx context.Context, reqs []store.LeaseRequest, leases 
 	l.calls++
 	l.pending += want
 	l.mu.Unlock()
+	if l.trace != nil {
+		l.trace("r %d", want)
+	}
 	err := l.next.Reserve(ctx, reqs, leases)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.calls--
-	l.pending -= want
+	var granted int64
 	if err == nil {
 		for i := range leases {
-			l.granted += leases[i].Hits
+			granted += leases[i].Hits
 		}
+	}
+	l.mu.Lock()
+	l.calls--
+	l.pending -= want
+	l.granted += granted
+	l.mu.Unlock()
+	if l.trace != nil {
+		l.trace("g %d %d", want, granted)
 	}
 	return err
 }
@@ -106,13 +128,18 @@ func (l *ledger) Return(ctx context.Context, returns []store.LeaseReturn) error 
 	l.calls++
 	l.mu.Unlock()
 	err := l.next.Return(ctx, returns)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.calls--
+	var returned int64
 	if err == nil {
 		for i := range returns {
-			l.returned += min(returns[i].Unspent, returns[i].Lease.Hits)
+			returned += min(returns[i].Unspent, returns[i].Lease.Hits)
 		}
+	}
+	l.mu.Lock()
+	l.calls--
+	l.returned += returned
+	l.mu.Unlock()
+	if l.trace != nil && returned > 0 {
+		l.trace("b %d", returned)
 	}
 	return err
 }
@@ -175,6 +202,10 @@ type faultFleet struct {
 	admitted []atomic.Int64 // per instance
 	failed   []atomic.Int64 // calls that failed with store.ErrUnavailable, per instance
 	stopped  []atomic.Bool  // per instance: its goroutines stop
+
+	// trace, if set, gets a line as each decision starts ("a") and one
+	// as it ends ("d before after allowed").
+	trace func(format string, args ...any)
 
 	mu      sync.Mutex
 	events  []fleetEvent
@@ -239,10 +270,18 @@ func (f *faultFleet) drive(t *testing.T, load float64, perInstance int, end time
 				}
 				time.Sleep(time.Until(next))
 				ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+				if f.trace != nil {
+					f.trace("a")
+				}
 				before := algorithm.Micros(time.Now())
 				err := f.stores[inst].Apply(ctx, f.hit, v)
 				after := algorithm.Micros(time.Now())
 				cancel()
+				if f.trace != nil && err == nil {
+					f.trace("d %d %d %t", before, after, v[0].Allowed)
+				} else if f.trace != nil {
+					f.trace("e")
+				}
 				if err != nil {
 					if !errors.Is(err, store.ErrUnavailable) {
 						f.mu.Lock()
@@ -454,4 +493,157 @@ func TestCachedRedisFaults(t *testing.T) {
 				tc.name, held, spent, left, failed, all, falses, lost)
 		})
 	}
+}
+
+// holderEnv, when set, makes TestCachedKilledProcess the holder process
+// of its parent: "addr start end" (start and end in Unix ns).
+const holderEnv = "TOLLGATE_TEST_LEASE_HOLDER"
+
+// killedLimit is the limit of TestCachedKilledProcess.
+var killedLimit = algorithm.Limit{Kind: algorithm.FixedWindow, Requests: 2000, Period: 1_000_000}
+
+// TestCachedKilledProcess is TestCachedKilledHolder with a real process:
+// the test binary runs again as a holder, a cached store on the same
+// Redis offering a third of the load, tracing every lease event and
+// decision on its stdout, and is killed with SIGKILL in the middle of a
+// window. What it held is read from the trace, counting a reservation in
+// flight as granted in full and a decision cut off as unspent, so it is
+// never underestimated.
+func TestCachedKilledProcess(t *testing.T) {
+	if env := os.Getenv(holderEnv); env != "" {
+		runHolder(t, env)
+		return
+	}
+	if testing.Short() {
+		t.Skip("the fleet runs on real time")
+	}
+	srv := redistest.StartStandalone(t)
+	l := killedLimit
+	f := newFaultFleet(t, srv.Addr, "proc", l, 2)
+	start := startOfWindowAt(l.Period, 0)
+	end := start.Add(2500 * time.Millisecond)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCachedKilledProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d %d", holderEnv, srv.Addr, start.UnixNano(), end.UnixNano()))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting the holder: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	var h holderTrace
+	read := make(chan error, 1)
+	go func() { read <- h.read(out) }()
+	time.Sleep(time.Until(start)) // not a wait for something: the run starts on a window boundary
+	f.drive(t, 1.0, 4, end)
+	time.Sleep(time.Until(start.Add(1300 * time.Millisecond)))
+	if err := cmd.Process.Signal(os.Kill); err != nil {
+		t.Fatalf("killing the holder: %v", err)
+	}
+	killedAt := algorithm.Micros(time.Now())
+	if err := <-read; err != nil {
+		t.Fatalf("reading the holder's trace: %v", err)
+	}
+	_ = cmd.Wait()
+	f.wait(t)
+	held := h.held()
+	if held <= 0 || h.decisions == 0 {
+		t.Fatalf("the holder made %d decisions and held %d hits when killed", h.decisions, held)
+	}
+	if h.lastAt > killedAt {
+		t.Fatalf("the holder decided at %d, after it was killed at %d", h.lastAt, killedAt)
+	}
+	f.events = append(f.events, h.events...)
+	admitted, falses, lost := f.judge(t, "killed process", 0)
+	t.Logf("RESULT killed process: held at most %d hits at the kill (%d decisions cut off); %d admitted, %d false rejections, %d hits of capacity lost",
+		held, h.cut, admitted, falses, lost)
+	if lost > held {
+		t.Errorf("%d hits of capacity lost, more than the %d the killed process held", lost, held)
+	}
+}
+
+// holderTrace is what the parent reads of a holder's trace.
+type holderTrace struct {
+	events                    []fleetEvent
+	decisions                 int64
+	admitted, strict          int64
+	wanted, answered, granted int64 // reservations: wanted in all, wanted by those answered
+	returned                  int64
+	started, ended            int64 // decisions
+	cut                       int64
+	lastAt                    int64
+}
+
+// read reads the trace until the holder's stdout closes.
+func (h *holderTrace) read(r io.Reader) error {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 0 {
+			continue
+		}
+		n := make([]int64, len(f)-1)
+		for i := range n {
+			n[i], _ = strconv.ParseInt(f[i+1], 10, 64)
+		}
+		switch {
+		case f[0] == "a" && len(f) == 1:
+			h.started++
+		case f[0] == "e" && len(f) == 1:
+			h.ended++
+		case f[0] == "d" && len(f) == 4:
+			allowed := f[3] == "true"
+			h.ended++
+			h.decisions++
+			h.lastAt = max(h.lastAt, n[1])
+			h.events = append(h.events, fleetEvent{key: -1, before: n[0], after: n[1], allowed: allowed})
+			if allowed {
+				h.admitted++
+			}
+		case f[0] == "s" && len(f) == 2:
+			h.strict += n[0]
+		case f[0] == "r" && len(f) == 2:
+			h.wanted += n[0]
+		case f[0] == "g" && len(f) == 3:
+			h.answered += n[0]
+			h.granted += n[1]
+		case f[0] == "b" && len(f) == 2:
+			h.returned += n[0]
+		}
+	}
+	h.cut = h.started - h.ended
+	return sc.Err()
+}
+
+// held returns an upper bound of what the holder held: reservations not
+// answered count as granted in full, and decisions cut off as unspent.
+func (h *holderTrace) held() int64 {
+	return h.granted + (h.wanted - h.answered) - h.returned - (h.admitted - h.strict)
+}
+
+// runHolder is the holder process: a cached store on the Redis at the
+// address env gives, offering half the limit from start to end, tracing
+// on stdout until it is killed.
+func runHolder(t *testing.T, env string) {
+	var addr string
+	var start, end int64
+	if _, err := fmt.Sscan(env, &addr, &start, &end); err != nil {
+		t.Fatalf("%s=%q: %v", holderEnv, env, err)
+	}
+	var mu sync.Mutex
+	trace := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(os.Stdout, format+"\n", args...)
+	}
+	f := newFaultFleet(t, addr, "proc", killedLimit, 1)
+	f.trace, f.ledgers[0].trace = trace, trace
+	time.Sleep(time.Until(time.Unix(0, start))) // not a wait for something: the run starts on a window boundary
+	f.drive(t, 0.5, 4, time.Unix(0, end))
+	f.wait(t)
 }
