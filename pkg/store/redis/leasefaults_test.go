@@ -424,7 +424,7 @@ func TestCachedRedisFaults(t *testing.T) {
 			f := newFaultFleet(t, srv.Addr, "faults", l, 2)
 			start := startOfWindowAt(l.Period, 0)
 			time.Sleep(time.Until(start)) // not a wait for something: the run starts on a window boundary
-			end := start.Add(2 * time.Second)
+			end := start.Add(1600 * time.Millisecond)
 			f.drive(t, 1.5, 2, end)
 			// Fail Redis 0.2 s into the first window, while the counter
 			// has room and the instances hold leases.
@@ -646,4 +646,61 @@ func runHolder(t *testing.T, env string) {
 	time.Sleep(time.Until(time.Unix(0, start))) // not a wait for something: the run starts on a window boundary
 	f.drive(t, 0.5, 4, time.Unix(0, end))
 	f.wait(t)
+}
+
+// TestCachedRedisRestartWithLeasesHeld kills Redis, which keeps no data,
+// while two idle cached stores hold leases, and restarts it at once: the
+// counters start again empty, and the leases charged to the lost counters
+// are still spent (or given back, lowering the new counter). From the
+// restart on, the window admits at most the limit plus what the instances
+// held at the restart; later windows at most the limit.
+func TestCachedRedisRestartWithLeasesHeld(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the fleet runs on real time")
+	}
+	srv := redistest.StartStandalone(t)
+	l := algorithm.Limit{Kind: algorithm.FixedWindow, Requests: 2000, Period: 1_000_000}
+	f := newFaultFleet(t, srv.Addr, "restart", l, 2)
+	start := startOfWindowAt(l.Period, 0)
+	time.Sleep(time.Until(start)) // not a wait for something: the run starts on a window boundary
+	f.drive(t, 1.5, 2, start.Add(200*time.Millisecond))
+	f.wait(t)
+	for _, lg := range f.ledgers {
+		waitFor(t, "the instances' calls to end", func() bool {
+			lg.mu.Lock()
+			defer lg.mu.Unlock()
+			return lg.calls == 0
+		})
+	}
+	srv.Kill()
+	srv.Restart()
+	back := algorithm.Micros(time.Now())
+	var held int64
+	for i, lg := range f.ledgers {
+		held += lg.settled(f.admitted[i].Load())
+	}
+	if held <= 0 {
+		t.Fatalf("the instances held %d hits at the restart", held)
+	}
+	end := start.Add(1600 * time.Millisecond)
+	f.drive(t, 1.5, 2, end)
+	f.wait(t)
+	perWindow := map[int64]int64{}
+	for _, e := range f.events {
+		if e.allowed && e.before >= back && e.before-e.before%l.Period == e.after-e.after%l.Period {
+			perWindow[e.after-e.after%l.Period]++
+		}
+	}
+	first := back - back%l.Period
+	for w, n := range perWindow {
+		bound := l.Requests
+		if w == first {
+			bound += held
+		}
+		if n > bound {
+			t.Errorf("window at %d admitted %d hits from the restart on, want at most %d", w, n, bound)
+		}
+	}
+	t.Logf("RESULT restart with leases held: held %d at the restart; the restart window admitted %d from the restart on (limit %d), the next %d",
+		held, perWindow[first], l.Requests, perWindow[first+l.Period])
 }
