@@ -23,9 +23,10 @@
 //   - Sliding-window log: never leased; its hits go to the inner store,
 //     as do the hits of rules whose precision is strict (Hit.Cached false).
 //
-// Local clocks: Until is compared with Options.Now, so it must read the
-// clock the shared counter charges by; a skew of ε lets a lease be spent
-// up to ε past its end.
+// Local clocks: Until is compared with Options.Now, read again after any
+// wait for a reservation (a grant answered after its window ended must not
+// be spent in the next), so it must read the clock the shared counter
+// charges by; a skew of ε lets a lease be spent up to ε past its end.
 //
 // # Batches
 //
