@@ -245,7 +245,7 @@ func (s *Store) Apply(ctx context.Context, hits []store.Hit, verdicts []algorith
 			if !leased(h) {
 				d.inner, d.strict = true, h.Cost
 				s.m.paths[pathStrict].Add(1)
-			} else if err := s.decide(ctx, h, d, &verdicts[i], now); err != nil {
+			} else if err := s.decide(ctx, h, d, &verdicts[i], &now); err != nil {
 				s.giveBack(ds, verdicts, now, false)
 				return err
 			}
@@ -310,10 +310,12 @@ func (s *Store) applyStrict(ctx context.Context, hits []store.Hit, ds []decision
 	return nil
 }
 
-// decide decides one cached hit: from the lease when it has room, else
-// after waiting for or making a reservation; what no lease covers is
-// marked for the inner store.
-func (s *Store) decide(ctx context.Context, h *store.Hit, d *decision, v *algorithm.Verdict, now int64) error {
+// decide decides one cached hit at *now: from the lease when it has room,
+// else after waiting for or making a reservation; what no lease covers is
+// marked for the inner store. After a wait it reads the clock again into
+// *now: a lease that ended meanwhile must not be spent.
+func (s *Store) decide(ctx context.Context, h *store.Hit, d *decision, v *algorithm.Verdict, nowp *int64) error {
+	now := *nowp
 	if h.Cost < 0 {
 		// A refund goes to the shared counter, where it helps every
 		// instance; a counter known to be over may admit again.
@@ -357,6 +359,8 @@ func (s *Store) decide(ctx context.Context, h *store.Hit, d *decision, v *algori
 		if err := s.acquire(ctx, c, h.Cost); err != nil {
 			return err
 		}
+		now = s.now()
+		*nowp = now
 	}
 	panic("unreachable")
 }

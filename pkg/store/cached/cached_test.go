@@ -351,3 +351,45 @@ func TestOutageSpendsWhatIsHeldThenFails(t *testing.T) {
 		}
 	})
 }
+
+// slowLeaser is a Leaser whose reservations are answered delay after the
+// shared counter granted them, as a reply on the network would be.
+type slowLeaser struct {
+	*memory.Store
+	delay time.Duration
+}
+
+func (l slowLeaser) Reserve(ctx context.Context, reqs []store.LeaseRequest, leases []algorithm.Lease) error {
+	err := l.Store.Reserve(ctx, reqs, leases)
+	time.Sleep(l.delay)
+	return err
+}
+
+// TestNoLeaseSpentAfterItsEnd reserves a window lease just before its
+// window ends and gets the answer just after: the hit that waited for it
+// must not spend it (it would be admitted in the new window on a hit
+// charged to the old one), but reserve again in the new window.
+func TestNoLeaseSpentAfterItsEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := algorithm.Limit{Kind: algorithm.FixedWindow, Requests: 100, Period: second}
+		period := time.Duration(second) * time.Microsecond
+		time.Sleep(time.Until(time.Now().Truncate(period).Add(period - time.Millisecond)))
+		m := memory.New(memory.Options{Now: time.Now})
+		s := cached.New(cached.Options{Inner: m, Leaser: slowLeaser{Store: m, delay: 2 * time.Millisecond}})
+		defer s.Close(context.Background())
+		if v := apply(t, s, hitOn("a", l, 1)); !v.Allowed {
+			t.Fatalf("the hit was rejected: %+v", v)
+		}
+		// The hit was admitted in the new window: the counter must have
+		// room for no more than the rest of the limit in it.
+		admitted := 0
+		for range l.Requests {
+			if apply(t, m, hitOn("a", l, 1)).Allowed {
+				admitted++
+			}
+		}
+		if admitted > int(l.Requests)-1 {
+			t.Fatalf("the new window admitted %d more hits after the cached one, limit %d", admitted, l.Requests)
+		}
+	})
+}

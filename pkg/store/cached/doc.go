@@ -23,9 +23,10 @@
 //   - Sliding-window log: never leased; its hits go to the inner store,
 //     as do the hits of rules whose precision is strict (Hit.Cached false).
 //
-// Local clocks: Until is compared with Options.Now, so it must read the
-// clock the shared counter charges by; a skew of ε lets a lease be spent
-// up to ε past its end.
+// Local clocks: Until is compared with Options.Now, read again after any
+// wait for a reservation (a grant answered after its window ended must not
+// be spent in the next), so it must read the clock the shared counter
+// charges by; a skew of ε lets a lease be spent up to ε past its end.
 //
 // # Batches
 //
@@ -87,8 +88,10 @@
 // reserved ahead in the last 128. An instance that dies without Close
 // takes its unspent leases with it: those hits stay charged until their
 // window ends, or for a bucket until they refill, and are at most what it
-// held (TestKilledHolder measures this). Nothing a dead or slow instance
-// does can cause overage.
+// held (TestKilledHolder measures this, and on a real Redis
+// TestCachedKilledHolder and TestCachedKilledProcess, the latter with a
+// process killed with SIGKILL, in package redis). Nothing a dead or slow
+// instance does can cause overage.
 //
 // # Lifecycle
 //
@@ -106,7 +109,16 @@
 // a hit that needs a reservation gets the Leaser's error (which wraps
 // store.ErrUnavailable), and the limiter answers it with the rule's
 // failure mode. Returns that fail are dropped (the hits stay charged: a
-// false rejection, never overage).
+// false rejection, never overage). A hung Redis may still run, once it
+// resumes, the calls that timed out: reservations nobody holds, charged
+// until their window ends (false rejections again).
+//
+// A Redis that restarts without its data starts every counter again, as
+// it does for strict precision; what the instances still hold of leases
+// charged before is spent (or given back) on top of that, so from the
+// restart on a window admits at most the limit plus what was held at the
+// restart (TestCachedRedisFaults in package redis measures the outage and
+// the recovery, with Redis killed and hung).
 //
 // # What it does not do
 //
