@@ -29,6 +29,7 @@ type defaults struct {
 	algorithm   string // "" if unset
 	failureMode string // "" if unset
 	charge      string // "" if unset
+	precision   string // "" if unset
 	burst       uint32
 	hasBurst    bool
 }
