@@ -232,6 +232,38 @@ func TestLoadDefaultPrecision(t *testing.T) {
 		if got != tt.want {
 			t.Errorf("DefaultPrecision %v: a, a own, a log, b, c = %v, want %v", tt.opt, got, tt.want)
 		}
+		if !tree.Cached() {
+			t.Errorf("DefaultPrecision %v: Cached() = false, want true (domain c)", tt.opt)
+		}
+	}
+}
+
+// TestTreeCached checks that Tree.Cached sees a cached limit anywhere, and
+// only then.
+func TestTreeCached(t *testing.T) {
+	tests := []struct {
+		yaml string
+		opts Options
+		want bool
+	}{
+		{"domain: d\n", Options{}, false},
+		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n", Options{}, false},
+		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n", Options{DefaultPrecision: PrecisionCached}, true},
+		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: sliding_window_log}\n", Options{DefaultPrecision: PrecisionCached}, false},
+		{"domain: d\ndescriptors:\n  - key: k\n    descriptors:\n      - key: n\n        rate_limits:\n" +
+			"          - {unit: second, requests_per_unit: 1}\n          - {unit: hour, requests_per_unit: 9, precision: cached}\n", Options{}, true},
+	}
+	for i, tt := range tests {
+		tree, err := LoadFS(fstest.MapFS{"a.yaml": {Data: []byte(tt.yaml)}}, tt.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := tree.Cached(); got != tt.want {
+			t.Errorf("case %d: Cached() = %v, want %v", i, got, tt.want)
+		}
+	}
+	if (*Tree)(nil).Cached() {
+		t.Error("nil Tree: Cached() = true")
 	}
 }
 
