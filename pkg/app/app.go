@@ -315,8 +315,9 @@ func (a *App) newStore(meters metric.MeterProvider) (store.Store, error) {
 // with its window or lifetime.
 func (a *App) treeChanged(tree *descriptor.Tree) {
 	if a.cached != nil {
-		n := a.cached.Reset()
-		a.logger.Info("descriptor configuration changed: cached counters forgotten, their leases returned", "counters", n)
+		if n := a.cached.Reset(); n > 0 {
+			a.logger.Info("descriptor configuration changed: cached counters forgotten, their leases returned", "counters", n)
+		}
 	}
 	a.noteCachedOnMemory(tree)
 }
