@@ -33,17 +33,26 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 100000, algorithm: fixed_window, precision: cached}
 `
 
-// TestCachedFleetStandalone runs three instances with precision cached on
-// one Redis, hammers one key through all three, and checks that the fleet
-// admits no more than the limit in the window, that decisions were made
-// from leases without Redis, and that an instance that shuts down gives
-// its unspent leases back.
 func TestCachedFleetStandalone(t *testing.T) {
 	srv := redistest.StartStandalone(t)
+	testCachedFleet(t, "single", []string{srv.Addr})
+}
+
+func TestCachedFleetCluster(t *testing.T) {
+	c := redistest.StartCluster(t)
+	testCachedFleet(t, "cluster", c.Addrs())
+}
+
+// testCachedFleet runs three instances with precision cached on one Redis
+// deployment, hammers one key through all three, and checks that the
+// fleet admits no more than the limit in the window, that decisions were
+// made from leases without Redis, and that an instance that shuts down
+// gives its unspent leases back.
+func testCachedFleet(t *testing.T, redisType string, addrs []string) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "fleet.yaml"), cachedFleetRules)
 	useRedis := func(s *app.Settings) {
-		s.Store, s.RedisAddrs = "redis", []string{srv.Addr}
+		s.Store, s.RedisType, s.RedisAddrs = "redis", redisType, addrs
 		s.RedisKeyPrefix, s.RedisTimeout, s.RedisDialTimeout = "cachedfleet", time.Second, time.Second
 		s.StoreTimeout = 5 * time.Second
 	}
