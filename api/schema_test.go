@@ -200,6 +200,7 @@ var goldenClasses = []struct {
 	{"unknown unit", true},
 	{"unknown algorithm", true},
 	{"unknown charge", true},
+	{"unknown precision", true},
 	{"unknown action", true},
 	{"unknown failure mode", true},
 	{"want a ", true},
@@ -218,6 +219,7 @@ var goldenClasses = []struct {
 	{"share_threshold needs a wildcard value", true},
 	{"burst applies only to token_bucket", true},
 	{"sliding_window_log stores one entry per admitted hit", true},
+	{"precision cached does not apply to", true},
 	{"unit_multiplier must be at least 1", true},
 }
 
@@ -343,12 +345,12 @@ func TestSchemaRules(t *testing.T) {
 			"    metadata: {team: search, 1: 2, empty: null}\n" +
 			"    rate_limit: {name: n, unit: second, requests_per_unit: 0, replaces: [{name: m}]}\n" +
 			"    descriptors:\n      - key: b\n        value: 200\n        rate_limit: {name: m, unlimited: true}\n", ""},
-		{"every extension", "domain: d\nshard_by: a\ndefaults: {algorithm: Fixed_Window, failure_mode: LOCAL, burst: 3, charge: Always}\n" +
+		{"every extension", "domain: d\nshard_by: a\ndefaults: {algorithm: Fixed_Window, failure_mode: LOCAL, burst: 3, charge: Always, precision: Cached}\n" +
 			"descriptors:\n  - key: a\n    value: x\n    action: ALLOW\n    failure_mode: closed\n" +
 			"  - key: a\n    failure_mode: open\n    rate_limits:\n" +
-			"      - {unit: second, requests_per_unit: 10, algorithm: token_bucket, burst: 20}\n" +
-			"      - {unit: minute, requests_per_unit: 10, unit_multiplier: 5, algorithm: sliding_window_counter}\n" +
-			"      - {unit: hour, requests_per_unit: 10000, algorithm: SLIDING_WINDOW_LOG, charge: admitted}\n", ""},
+			"      - {unit: second, requests_per_unit: 10, algorithm: token_bucket, burst: 20, precision: strict}\n" +
+			"      - {unit: minute, requests_per_unit: 10, unit_multiplier: 5, algorithm: sliding_window_counter, precision: cached}\n" +
+			"      - {unit: hour, requests_per_unit: 10000, algorithm: SLIDING_WINDOW_LOG, charge: admitted, precision: STRICT}\n", ""},
 		{"nulls read as unset", head + "    value: null\n    action: null\n    failure_mode: null\n" +
 			"    shadow_mode: null\n    metadata: null\n    descriptors: null\n" +
 			"    rate_limit: {unit: second, requests_per_unit: 1, name: null, algorithm: null, unlimited: null, replaces: null}\n", ""},
@@ -356,7 +358,7 @@ func TestSchemaRules(t *testing.T) {
 		{"unknown top-level field", "domain: d\ndescriptor: []\n", "/ additionalProperties"},
 		{"unknown descriptor field", head + "    vlaue: x\n", "/descriptors/0 additionalProperties"},
 		{"unknown rate_limit field", limit("unit: second, requests_per_unit: 1, requests_per_minute: 1"), "/descriptors/0/rate_limit additionalProperties"},
-		{"unknown defaults field", "domain: d\ndefaults: {precision: strict}\n", "/defaults additionalProperties"},
+		{"unknown defaults field", "domain: d\ndefaults: {refill: fast}\n", "/defaults additionalProperties"},
 		{"unknown replaces field", limit("unit: second, requests_per_unit: 1, replaces: [{name: x, nam: y}]"), "/descriptors/0/rate_limit/replaces/0 additionalProperties"},
 		{"bad unit", limit("unit: fortnight, requests_per_unit: 1"), "/descriptors/0/rate_limit/unit pattern"},
 		{"unit abbreviated", limit("unit: sec, requests_per_unit: 1"), "/descriptors/0/rate_limit/unit pattern"},
@@ -367,6 +369,11 @@ func TestSchemaRules(t *testing.T) {
 		{"bad charge", limit("unit: second, requests_per_unit: 1, charge: sometimes"), "/descriptors/0/rate_limit/charge pattern"},
 		{"bad default charge", "domain: d\ndefaults: {charge: never}\n", "/defaults/charge pattern"},
 		{"charge on unlimited", limit("unlimited: true, charge: always"), "/descriptors/0/rate_limit/charge FalseSchema"},
+		{"bad precision", limit("unit: second, requests_per_unit: 1, precision: exact"), "/descriptors/0/rate_limit/precision pattern"},
+		{"bad default precision", "domain: d\ndefaults: {precision: loose}\n", "/defaults/precision pattern"},
+		{"precision on unlimited", limit("unlimited: true, precision: cached"), "/descriptors/0/rate_limit/precision FalseSchema"},
+		{"precision cached on a log", limit("unit: second, requests_per_unit: 1, algorithm: sliding_window_log, precision: cached"), "/descriptors/0/rate_limit/precision pattern"},
+		{"precision strict on a log", limit("unit: second, requests_per_unit: 1, algorithm: Sliding_Window_Log, precision: strict"), ""},
 		{"bad action", head + "    action: block\n", "/descriptors/0/action pattern"},
 		{"bad failure mode", head + "    failure_mode: ajar\n    action: deny\n", "/descriptors/0/failure_mode pattern"},
 		{"quoted true", head + "    shadow_mode: \"true\"\n", "/descriptors/0/shadow_mode enum"},

@@ -8,21 +8,25 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"testing/fstest"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tollgatehq/tollgate/envoy/internal/envoytest"
+	"github.com/tollgatehq/tollgate/pkg/descriptor"
 )
 
-// The top-level README and its section on token budgets, whose YAML
-// snippets are each introduced by an HTML comment saying what checks it:
+// The top-level README and its sections on token budgets and leased
+// budgets, whose YAML snippets are each introduced by an HTML comment
+// saying what checks it:
 // "<!-- excerpt of PATH -->" (PATH from the repository root) or
 // "<!-- checked by envoy/readme_test.go: NAME -->".
 const (
 	topReadme          = "../README.md"
 	tokenBudgetSection = "## Token budgets (LLM usage)"
+	leasedSection      = "## Leased budgets (`precision: cached`)"
 )
 
 // snippet is a fenced YAML block of a README and the comment before it.
@@ -96,15 +100,28 @@ func excerptOf(block, file string) bool {
 // token-budget section: an excerpt must be found as it is in the file it
 // names, and the others are checked below by name.
 func TestReadmeTokenBudgetSnippets(t *testing.T) {
+	checkSnippets(t, tokenBudgetSection, map[string]func(string) error{"estimate, then true up": trueUpProblem})
+}
+
+// TestReadmeLeasedBudgetSnippets checks every YAML snippet of the README's
+// section on precision: cached, as TestReadmeTokenBudgetSnippets does.
+func TestReadmeLeasedBudgetSnippets(t *testing.T) {
+	checkSnippets(t, leasedSection, map[string]func(string) error{"cached rules": cachedRulesProblem})
+}
+
+// checkSnippets checks the YAML snippets of the README section that starts
+// with heading: excerpts against their files, the others with checks by
+// name, each of which must check one.
+func checkSnippets(t *testing.T, heading string, checks map[string]func(string) error) {
+	t.Helper()
 	data, err := os.ReadFile(topReadme)
 	if err != nil {
 		t.Fatal(err)
 	}
-	snippets, err := readmeSnippets(string(data), tokenBudgetSection)
+	snippets, err := readmeSnippets(string(data), heading)
 	if err != nil {
 		t.Fatal(err)
 	}
-	checks := map[string]func(string) error{"estimate, then true up": trueUpProblem}
 	seen := map[string]bool{}
 	for _, s := range snippets {
 		m := snippetComment.FindStringSubmatch(s.comment)
@@ -185,6 +202,33 @@ func trueUpProblem(text string) error {
 	return nil
 }
 
+// cachedRulesProblem checks the example of precision: cached: it loads,
+// and its limits resolve to the precisions its comments give.
+func cachedRulesProblem(text string) error {
+	tree, err := descriptor.LoadFS(fstest.MapFS{"api.yaml": {Data: []byte(text)}}, descriptor.Options{})
+	if err != nil {
+		return err
+	}
+	d := tree.Domain("api")
+	cached, strict := descriptor.PrecisionCached, descriptor.PrecisionStrict
+	for entry, want := range map[string][]descriptor.Precision{
+		"api_key": {cached, cached},
+		"login":   {strict},
+		"audit":   {strict},
+	} {
+		r := d.Match([]descriptor.Entry{{Key: entry, Value: "x"}})
+		if r == nil || len(r.Limits) != len(want) {
+			return fmt.Errorf("%s=x matches %v, want a rule of %d limits", entry, r, len(want))
+		}
+		for i, l := range r.Limits {
+			if l.Precision != want[i] {
+				return fmt.Errorf("%s=x: limit %d (%v) is %v, want %v", entry, i, l, l.Precision, want[i])
+			}
+		}
+	}
+	return nil
+}
+
 func equalActions(a, b []*routev3.RateLimit_Action) bool {
 	if len(a) != len(b) {
 		return false
@@ -222,6 +266,16 @@ func TestReadmeSnippetChecksCatch(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: got %v, want an error containing %q", tt.name, err, tt.want)
 		}
+	}
+	cachedGood := "domain: api\ndefaults: {precision: cached}\ndescriptors:\n" +
+		"  - key: api_key\n    rate_limits:\n      - {unit: second, requests_per_unit: 1000}\n      - {unit: hour, requests_per_unit: 9, algorithm: fixed_window}\n" +
+		"  - key: login\n    rate_limit: {unit: minute, requests_per_unit: 5, precision: strict}\n" +
+		"  - key: audit\n    rate_limit: {unit: minute, requests_per_unit: 100, algorithm: sliding_window_log}\n"
+	if err := cachedRulesProblem(cachedGood); err != nil {
+		t.Fatalf("good cached rules: %v", err)
+	}
+	if err := cachedRulesProblem(strings.Replace(cachedGood, "precision: strict", "precision: cached", 1)); err == nil || !strings.Contains(err.Error(), "login=x: limit 0") {
+		t.Errorf("a cached login rule: got %v, want an error about login=x", err)
 	}
 	file := "a:\n  b:\n    c: 1\n    d: 2\n"
 	for block, want := range map[string]bool{"c: 1\nd: 2": true, "b:\n  c: 1": true, "c: 1\nd: 3": false, "c: 1\n  d: 2": false} {

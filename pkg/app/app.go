@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -24,12 +25,14 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
+	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/httpapi"
 	"github.com/tollgatehq/tollgate/pkg/limiter"
 	"github.com/tollgatehq/tollgate/pkg/reload"
 	"github.com/tollgatehq/tollgate/pkg/rls"
 	"github.com/tollgatehq/tollgate/pkg/store"
 	"github.com/tollgatehq/tollgate/pkg/store/breaker"
+	"github.com/tollgatehq/tollgate/pkg/store/cached"
 	"github.com/tollgatehq/tollgate/pkg/store/memory"
 	"github.com/tollgatehq/tollgate/pkg/store/overlimit"
 	"github.com/tollgatehq/tollgate/pkg/store/redis"
@@ -64,6 +67,12 @@ type App struct {
 	breaker *breaker.Store
 	// redis is the Redis store behind breaker; nil with the memory store.
 	redis *redis.Store
+	// cached decides the hits of cached limits from leases, in front of
+	// the Redis chain; nil with the memory store.
+	cached *cached.Store
+	// cachedNoted is set once the log has said that precision cached
+	// changes nothing with the memory store.
+	cachedNoted atomic.Bool
 
 	grpcLis, httpLis, debugLis net.Listener
 	// closers release the store's resources after the servers stop, last
@@ -105,9 +114,9 @@ func (a *App) build(ctx context.Context) error {
 	}
 
 	if s.ConfigType == "xds" {
-		a.reloader, a.xds, err = newXDS(s, a.logger, meters)
+		a.reloader, a.xds, err = newXDS(s, a.logger, meters, a.treeChanged)
 	} else {
-		a.reloader, err = newReloader(s, a.logger, meters)
+		a.reloader, err = newReloader(s, a.logger, meters, a.treeChanged)
 	}
 	if err != nil {
 		return err
@@ -117,6 +126,7 @@ func (a *App) build(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	a.noteCachedOnMemory(a.reloader.Current())
 
 	opts := limiter.Options{
 		Store:              st,
@@ -258,18 +268,67 @@ func (a *App) newStore(meters metric.MeterProvider) (store.Store, error) {
 			return nil, err
 		}
 		a.logger.Info("counting in redis", "redis", cfg)
-		if s.OverLimitCacheBytes == 0 {
-			return a.breaker, nil
+		var chain store.Store = a.breaker
+		if s.OverLimitCacheBytes != 0 {
+			// Above the breaker, so that counters known to be over their
+			// limit are still answered while Redis is away.
+			if chain, err = overlimit.New(a.breaker, overlimit.Options{MaxBytes: s.OverLimitCacheBytes, MeterProvider: meters}); err != nil {
+				return nil, err
+			}
 		}
-		// Above the breaker, so that counters known to be over their
-		// limit are still answered while Redis is away.
-		cached, err := overlimit.New(a.breaker, overlimit.Options{MaxBytes: s.OverLimitCacheBytes, MeterProvider: meters})
-		if err != nil {
-			return nil, err
-		}
-		return cached, nil
+		// In front of everything: hits of strict limits pass through to
+		// the chain, while leases bypass the over-limit cache (the cached
+		// store keeps its own) but go through the breaker, so that Redis
+		// failing while leases renew opens it too. Built whatever
+		// --precision says, since a reload may ask for cached.
+		a.cached = cached.New(cached.Options{
+			Inner:         chain,
+			Leaser:        a.breaker,
+			RenewInterval: s.LeaseInterval,
+			Lifetime:      s.LeaseLifetime,
+			MeterProvider: meters,
+			Logger:        a.logger.With("component", "cached"),
+		})
+		// Appended after the Redis store's Close, so it runs before it:
+		// the unspent hits of every lease go back while Redis is there.
+		a.closers = append(a.closers, func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+			defer cancel()
+			if err := a.cached.Close(ctx); err != nil {
+				return fmt.Errorf("returning leases: %w", err)
+			}
+			return nil
+		})
+		return a.cached, nil
 	}
 	return nil, fmt.Errorf("unknown store %q", s.Store)
+}
+
+// treeChanged is the reloader's OnChange: after a reload swaps in a new
+// tree, the cached store forgets every counter and returns every lease,
+// since a lease was sized and charged under the old rules (a smaller limit
+// must not be spent from a lease taken under a larger one). Counters whose
+// rules did not change lease again on their next hit: one round trip
+// each, the price of a simple rule that is always right. A request that
+// matched the old tree before the swap may still take a lease under it
+// after the Reset; such a lease is at most 1/64 of what was left and ends
+// with its window or lifetime.
+func (a *App) treeChanged(tree *descriptor.Tree) {
+	if a.cached != nil {
+		if n := a.cached.Reset(); n > 0 {
+			a.logger.Info("descriptor configuration changed: cached counters forgotten, their leases returned", "counters", n)
+		}
+	}
+	a.noteCachedOnMemory(tree)
+}
+
+// noteCachedOnMemory says once, in the log, that precision cached has no
+// effect with the memory store, where every decision is local already.
+func (a *App) noteCachedOnMemory(tree *descriptor.Tree) {
+	if a.settings.Store != "memory" || !tree.Cached() || !a.cachedNoted.CompareAndSwap(false, true) {
+		return
+	}
+	a.logger.Info("precision cached has no effect with the memory store: every decision is local already")
 }
 
 // ready reports whether the service can answer: it has a live tree, and

@@ -253,7 +253,7 @@ func loadTree(settings *pflag.FlagSet, args []string, getenv func(string) string
 	if err != nil {
 		return nil, err
 	}
-	r, err := newReloader(s, nil, nil)
+	r, err := newReloader(s, nil, nil, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -211,3 +211,34 @@ func TestExplainShowsCharge(t *testing.T) {
 		})
 	}
 }
+
+// TestExplainShowsPrecision checks that explain names a limit's precision
+// when it is cached, and that it takes the default precision serve would.
+func TestExplainShowsPrecision(t *testing.T) {
+	args := []string{"explain", "../../config-examples", "--domain", "tiers", "--descriptor", "tier=free,api_key=k"}
+	tests := []struct {
+		name  string
+		extra []string
+		env   map[string]string
+		want  string
+	}{
+		{name: "default", want: "100 per minute, token_bucket\n"},
+		{name: "flag", extra: []string{"--precision", "cached"}, want: "100 per minute, token_bucket, precision cached\n"},
+		{name: "environment", env: map[string]string{"TOLLGATE_PRECISION": "CACHED"}, want: "100 per minute, token_bucket, precision cached\n"},
+		{name: "bad flag", extra: []string{"--precision", "loose"}, want: ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, errOut := runEnv(context.Background(), tt.env, append(args, tt.extra...)...)
+			if tt.want == "" {
+				if want := `precision: unknown precision "loose" (want strict or cached)`; code == 0 || !strings.Contains(errOut, want) {
+					t.Errorf("exit %d, stderr %q; want a failure naming %q", code, errOut, want)
+				}
+				return
+			}
+			if code != 0 || !strings.HasSuffix(out, tt.want) {
+				t.Errorf("exit %d, stdout ending %q:\n%s\nstderr: %s", code, tt.want, out, errOut)
+			}
+		})
+	}
+}

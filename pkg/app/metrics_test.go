@@ -38,7 +38,8 @@ func httpGet(t *testing.T, url string) string {
 }
 
 // lintConfig allows 3 hits a minute per key k, charges 1 a minute per
-// key report always, and denies key blocked.
+// key report always, denies key blocked, and allows key big many hits a
+// minute, leased where precision is cached.
 const lintConfig = `domain: lint
 descriptors:
   - key: k
@@ -47,6 +48,8 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 1, charge: always, name: per_report}
   - key: blocked
     action: deny
+  - key: big
+    rate_limit: {unit: minute, requests_per_unit: 100000, algorithm: fixed_window, name: per_big}
 `
 
 // TestMetricsLint scrapes a running tollgate after a few decisions and
@@ -69,7 +72,9 @@ func TestMetricsLint(t *testing.T) {
 		// reports, if set, sends two always-charged reports of one hit to
 		// a limit of one, so that the second is charged past the limit.
 		reports bool
-		want    []string // series the scrape must hold, beyond the decisions
+		// big is how many hits to send to key big.
+		big  int
+		want []string // series the scrape must hold, beyond the decisions
 		// wantRE are patterns of more series the scrape must hold.
 		wantRE []string
 	}{
@@ -106,6 +111,32 @@ func TestMetricsLint(t *testing.T) {
 			},
 			want: []string{"tollgate_overlimit_cache_hits_total 1", "tollgate_overlimit_cache_entries 1"},
 		},
+		{
+			// k's limit of 3 is too small to lease: its hits are decided
+			// strictly, the fifth from the cached store's over-limit
+			// state. big's first hit reserves a lease; how many of the
+			// others spend one depends on the demand each lease follows.
+			name: "redis with precision cached",
+			tweak: func(t *testing.T, s *Settings) {
+				srv := redistest.StartStandalone(t)
+				s.Store, s.RedisAddrs, s.Precision = "redis", []string{srv.Addr}, "cached"
+			},
+			big: 5,
+			want: []string{
+				`tollgate_decisions_total{domain="lint",limit="per_big",result="ok",rule="big"} 5`,
+				`tollgate_cached_decisions_total{path="strict"} 4`,
+				`tollgate_cached_decisions_total{path="over_limit"} 1`,
+				`tollgate_cached_counters 2`,
+				`tollgate_cached_evictions_total 0`,
+			},
+			wantRE: []string{
+				`tollgate_cached_decisions_total\{path="renewal_wait"\} [1-5]`,
+				`tollgate_cached_decisions_total\{path="local"\} [0-4]`,
+				`tollgate_cached_leaser_calls_total\{op="reserve",result="ok"\} [1-5]`,
+				`tollgate_cached_leased_hits_total [1-9][0-9]*`,
+				`tollgate_cached_lease_size_count [1-5]`,
+			},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -137,6 +168,9 @@ func TestMetricsLint(t *testing.T) {
 			if tt.reports {
 				decide("report=r")
 				decide("report=r")
+			}
+			for range tt.big {
+				decide("big=b")
 			}
 			if tt.fail != nil {
 				tt.fail()

@@ -32,10 +32,13 @@ type Settings struct {
 	Store            string `mapstructure:"store"`
 	DefaultAlgorithm string `mapstructure:"default-algorithm"`
 	DefaultCharge    string `mapstructure:"default-charge"`
-	ShadowMode       bool   `mapstructure:"shadow-mode"`
-	ResponseHeaders  string `mapstructure:"response-headers"`
-	LogLevel         string `mapstructure:"log-level"`
-	LogFormat        string `mapstructure:"log-format"`
+	// Precision is the precision of limits that name none (nor their
+	// domain's defaults): strict or cached.
+	Precision       string `mapstructure:"precision"`
+	ShadowMode      bool   `mapstructure:"shadow-mode"`
+	ResponseHeaders string `mapstructure:"response-headers"`
+	LogLevel        string `mapstructure:"log-level"`
+	LogFormat       string `mapstructure:"log-format"`
 
 	// ResponseDynamicMetadata and DecisionMetadata choose the parts of every
 	// answer's dynamic_metadata (rls.Options).
@@ -70,6 +73,11 @@ type Settings struct {
 	RedisBatchWindow   time.Duration `mapstructure:"redis-batch-window"`
 
 	OverLimitCacheBytes int64 `mapstructure:"over-limit-cache-bytes"`
+
+	// LeaseInterval and LeaseLifetime tune precision cached
+	// (cached.Options.RenewInterval and Lifetime).
+	LeaseInterval time.Duration `mapstructure:"lease-interval"`
+	LeaseLifetime time.Duration `mapstructure:"lease-lifetime"`
 
 	StoreTimeout         time.Duration `mapstructure:"store-timeout"`
 	DeadlineMargin       time.Duration `mapstructure:"deadline-margin"`
@@ -115,6 +123,7 @@ func settingsFlags(fs *pflag.FlagSet) *pflag.FlagSet {
 	fs.String("store", "memory", "counter store: memory (embedded, one instance) or redis (shared by a fleet)")
 	fs.String("default-algorithm", "token_bucket", "algorithm of rules that name none: token_bucket, fixed_window, sliding_window_counter, sliding_window_log")
 	fs.String("default-charge", "admitted", "charge of limits that name none: admitted (a rejected hit takes nothing) or always (the cost is added whatever the answer); always by default in envoyproxy/ratelimit's environment and with --config-type xds")
+	fs.String("precision", "strict", "precision of limits that name none: strict (every decision in redis) or cached (most decisions from a lease of hits reserved from redis; never more than the limit); no effect with the memory store")
 	fs.Bool("shadow-mode", false, "count and report, but never reject (global shadow mode)")
 	fs.String("response-headers", "xratelimit", "rate-limit response headers: none, draft03, xratelimit, ietf")
 	fs.Bool("response-dynamic-metadata", false, "add envoyproxy/ratelimit's dynamic metadata to every answer: domain, descriptors, hitsAddend and the passing rules' metadata")
@@ -145,6 +154,8 @@ func settingsFlags(fs *pflag.FlagSet) *pflag.FlagSet {
 	fs.String("redis-key-prefix", "tg", "prefix of every redis key")
 	fs.Duration("redis-batch-window", 0, "how long concurrent decisions wait to share a redis round trip (0: the store's default; negative: no batching)")
 	fs.Int64("over-limit-cache-bytes", 0, "redis: memory for counters known to be over their limit, answered locally until their reset (0: off)")
+	fs.Duration("lease-interval", 100*time.Millisecond, "precision cached: the span of local demand a lease is sized for, and how often leases are renewed and expired ones returned")
+	fs.Duration("lease-lifetime", 0, "precision cached: longest a token-bucket lease may be spent; the fleet admits in any interval d at most what the bucket admits in d + this (0: 5 × --lease-interval)")
 	fs.Duration("store-timeout", 50*time.Millisecond, "redis: longest wait for one decision; a caller's earlier deadline (less --deadline-margin) wins")
 	fs.Duration("deadline-margin", 2*time.Millisecond, "time kept from a caller's deadline to answer in")
 	fs.String("failure-mode", "open", "how rules that name no failure_mode answer while redis fails: open, closed or local")
@@ -256,6 +267,15 @@ func (s Settings) validate() error {
 	if _, err := descriptor.ParseFailureMode(s.FailureMode); err != nil {
 		errs = append(errs, fmt.Errorf("failure-mode: %w", err))
 	}
+	if _, err := descriptor.ParsePrecision(s.Precision); err != nil {
+		errs = append(errs, fmt.Errorf("precision: %w", err))
+	}
+	if s.LeaseInterval <= 0 {
+		errs = append(errs, fmt.Errorf("lease-interval: must be positive, got %v", s.LeaseInterval))
+	}
+	if s.LeaseLifetime < 0 {
+		errs = append(errs, fmt.Errorf("lease-lifetime: must not be negative, got %v", s.LeaseLifetime))
+	}
 	if s.StoreTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("store-timeout: must be positive, got %v", s.StoreTimeout))
 	}
@@ -345,14 +365,21 @@ func (s Settings) descriptorOptions() (descriptor.Options, error) {
 	if err != nil {
 		return descriptor.Options{}, fmt.Errorf("failure-mode: %w", err)
 	}
-	return descriptor.Options{DefaultAlgorithm: kind, DefaultCharge: charge, DefaultFailureMode: mode, MaxPatterns: s.MaxPatterns}, nil
+	precision, err := descriptor.ParsePrecision(s.Precision)
+	if err != nil {
+		return descriptor.Options{}, fmt.Errorf("precision: %w", err)
+	}
+	return descriptor.Options{
+		DefaultAlgorithm: kind, DefaultCharge: charge, DefaultFailureMode: mode, DefaultPrecision: precision,
+		MaxPatterns: s.MaxPatterns,
+	}, nil
 }
 
 // newReloader loads the descriptor configuration in s.ConfigDir and returns
 // the reloader that keeps it. serve, check and explain all load through it,
 // so they accept and reject a configuration alike, with the same error.
 // logger and meters may be nil.
-func newReloader(s Settings, logger *slog.Logger, meters metric.MeterProvider) (*reload.Reloader, error) {
+func newReloader(s Settings, logger *slog.Logger, meters metric.MeterProvider, onChange func(*descriptor.Tree)) (*reload.Reloader, error) {
 	opts, err := s.descriptorOptions()
 	if err != nil {
 		return nil, err
@@ -364,6 +391,7 @@ func newReloader(s Settings, logger *slog.Logger, meters metric.MeterProvider) (
 		},
 		Logger:        logger,
 		MeterProvider: meters,
+		OnChange:      onChange,
 	})
 }
 

@@ -29,7 +29,8 @@ func TestSettingsPrecedence(t *testing.T) {
 			want: func(s Settings) string {
 				return expect(s.GRPCAddr == ":8081" && s.HTTPAddr == ":8080" && s.DebugAddr == "127.0.0.1:6070" &&
 					s.Store == "memory" && s.DefaultAlgorithm == "token_bucket" && s.ResponseHeaders == "xratelimit" &&
-					!s.ResponseDynamicMetadata && s.DecisionMetadata, s)
+					!s.ResponseDynamicMetadata && s.DecisionMetadata && s.Precision == "strict" &&
+					s.LeaseInterval == 100*time.Millisecond && s.LeaseLifetime == 0, s)
 			},
 		},
 		{
@@ -93,6 +94,13 @@ func TestSettingsPrecedence(t *testing.T) {
 			name: "over-limit cache from the environment",
 			env:  map[string]string{"TOLLGATE_OVER_LIMIT_CACHE_BYTES": "1048576"},
 			want: func(s Settings) string { return expect(s.OverLimitCacheBytes == 1<<20, s) },
+		},
+		{
+			name: "precision and leases from the environment",
+			env:  map[string]string{"TOLLGATE_PRECISION": "cached", "TOLLGATE_LEASE_INTERVAL": "50ms", "TOLLGATE_LEASE_LIFETIME": "1s"},
+			want: func(s Settings) string {
+				return expect(s.Precision == "cached" && s.LeaseInterval == 50*time.Millisecond && s.LeaseLifetime == time.Second, s)
+			},
 		},
 		{
 			name: "flag over environment",
@@ -175,6 +183,9 @@ func TestSettingsErrors(t *testing.T) {
 		{[]string{"--store", "etcd"}, `store: unknown store "etcd" (want memory or redis)`},
 		{[]string{"--default-algorithm", "leaky"}, `default-algorithm: unknown algorithm "leaky"`},
 		{[]string{"--default-charge", "sometimes"}, `default-charge: unknown charge "sometimes" (want admitted or always)`},
+		{[]string{"--precision", "exact"}, `precision: unknown precision "exact" (want strict or cached)`},
+		{[]string{"--lease-interval", "0s"}, `lease-interval: must be positive, got 0s`},
+		{[]string{"--lease-lifetime", "-1ms"}, `lease-lifetime: must not be negative, got -1ms`},
 		{[]string{"--response-headers", "fancy"}, `response-headers:`},
 		{[]string{"--log-format", "xml"}, `log-format: unknown format "xml" (want text or json)`},
 		{[]string{"--log-level", "loud"}, `log-level:`},

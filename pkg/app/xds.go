@@ -106,7 +106,7 @@ func (x XDSSettings) headers() (map[string]string, error) {
 // newXDS returns a reloader fed by an xDS client, and the client, which
 // the caller runs. Until the first update the reloader serves nothing (not
 // ready) or, with ForceStart, an empty tree.
-func newXDS(s Settings, logger *slog.Logger, meters metric.MeterProvider) (*reload.Reloader, *xds.Client, error) {
+func newXDS(s Settings, logger *slog.Logger, meters metric.MeterProvider, onChange func(*descriptor.Tree)) (*reload.Reloader, *xds.Client, error) {
 	opts, err := s.descriptorOptions()
 	if err != nil {
 		return nil, nil, err
@@ -118,7 +118,7 @@ func newXDS(s Settings, logger *slog.Logger, meters metric.MeterProvider) (*relo
 			return nil, nil, err
 		}
 	}
-	rules, err := reload.New(reload.Options{Source: "xds", Initial: initial, Logger: logger, MeterProvider: meters})
+	rules, err := reload.New(reload.Options{Source: "xds", Initial: initial, Logger: logger, MeterProvider: meters, OnChange: onChange})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -14,23 +14,31 @@
 //
 //   - inside rate_limit: algorithm (token_bucket, fixed_window,
 //     sliding_window_counter, sliding_window_log), burst (token_bucket only),
-//     unit_multiplier (a window of several units, such as 5 minutes) and
+//     unit_multiplier (a window of several units, such as 5 minutes),
 //     charge (admitted: a rejected hit takes nothing; always: the cost is
 //     added whatever the answer, as usage reported after a response must
-//     be);
+//     be) and precision (strict: every hit is decided at the shared
+//     counter; cached: most hits are decided from a lease reserved from
+//     it, see pkg/store/cached);
 //   - on a descriptor: rate_limits, a list of rate_limit objects that must
 //     all pass; action (allow: admit without counting; deny: always
 //     OVER_LIMIT); failure_mode (open, closed or local);
-//   - on the domain: defaults (algorithm, failure_mode, burst, charge) and
-//     shard_by, the entry key whose value forms the Redis hash tag.
+//   - on the domain: defaults (algorithm, failure_mode, burst, charge,
+//     precision) and shard_by, the entry key whose value forms the Redis
+//     hash tag.
 //
 // A limit's algorithm is its own, else the domain's defaults, else
 // Options.DefaultAlgorithm, else token_bucket. A rule's failure mode is its
 // own, else the domain's defaults, else Options.DefaultFailureMode (open
 // when unset), and a limit's charge likewise falls back to
 // Options.DefaultCharge (admitted when unset). A default burst applies to
-// token-bucket limits that set none. The tree dump names a limit's charge
-// only when it is always.
+// token-bucket limits that set none. A limit's precision is its own, else
+// the domain's defaults, else Options.DefaultPrecision (strict when
+// unset); a default precision applies only to limits that can be leased,
+// so a sliding_window_log limit stays strict, and naming precision cached
+// on a sliding_window_log limit is an error: it is never leased, since its
+// exactness is the reason to choose it. The tree dump names a limit's
+// charge only when it is always and its precision only when it is cached.
 //
 // Decoding is strict. An unknown or duplicate field, a bad value or a
 // contradictory rule is an *Error naming the file, the line and the

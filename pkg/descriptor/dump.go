@@ -53,9 +53,10 @@ func (t *Tree) digest() string {
 
 // WriteTo writes a readable dump of t: every domain in name order, then
 // every descriptor in configuration order with its resolved rule and
-// limits, including the algorithm each limit resolved to and its charge
-// when it is not admitted (tollgate's rule, like a burst of 0, goes
-// unsaid, so a configuration keeps its hash). Strings that
+// limits, including the algorithm each limit resolved to, its charge
+// when it is not admitted and its precision when it is not strict
+// (tollgate's rule, like a burst of 0, goes unsaid, so a configuration
+// keeps its hash). Strings that
 // could be misread are quoted, so the dump is also the canonical form that
 // Hash digests. A dump looks like this:
 //
@@ -68,6 +69,8 @@ func (t *Tree) digest() string {
 //	    30 per minute, sliding_window_counter
 //	api_key/endpoint="/chat": limit, failure_mode=open
 //	    100000 per day, fixed_window, charge always
+//	api_key/endpoint="/list": limit, failure_mode=open
+//	    5000 per minute, fixed_window, precision cached
 func (t *Tree) WriteTo(w io.Writer) (int64, error) {
 	n, err := io.WriteString(w, t.String())
 	return int64(n), err
@@ -78,7 +81,7 @@ func (d *Domain) write(b dumpWriter) {
 	if d.shardBy != "" {
 		fmt.Fprintf(b, "  shard_by %s\n", quote(d.shardBy))
 	}
-	if df := d.defaults; df.algorithm != "" || df.failureMode != "" || df.charge != "" || df.hasBurst {
+	if df := d.defaults; df.algorithm != "" || df.failureMode != "" || df.charge != "" || df.precision != "" || df.hasBurst {
 		b.WriteString("  defaults")
 		if df.algorithm != "" {
 			b.WriteString(" algorithm=" + df.algorithm)
@@ -88,6 +91,9 @@ func (d *Domain) write(b dumpWriter) {
 		}
 		if df.charge != "" {
 			b.WriteString(" charge=" + df.charge)
+		}
+		if df.precision != "" {
+			b.WriteString(" precision=" + df.precision)
 		}
 		if df.hasBurst {
 			fmt.Fprintf(b, " burst=%d", df.burst)
@@ -171,7 +177,8 @@ func writeRule(b dumpWriter, r *Rule, indent string) {
 }
 
 // String describes l readably, such as "5 per 5 minutes, token_bucket,
-// burst 10" or "1000 per minute, token_bucket, charge always".
+// burst 10" or "1000 per minute, token_bucket, charge always, precision
+// cached".
 func (l Limit) String() string {
 	var b strings.Builder
 	l.write(&b)
@@ -194,6 +201,10 @@ func (l Limit) write(b dumpWriter) {
 	if l.Charge != algorithm.ChargeAdmitted {
 		b.WriteString(", charge ")
 		b.WriteString(l.Charge.String())
+	}
+	if l.Precision != PrecisionStrict {
+		b.WriteString(", precision ")
+		b.WriteString(l.Precision.String())
 	}
 	if l.Name != "" {
 		b.WriteString(", name ")

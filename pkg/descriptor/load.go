@@ -26,6 +26,11 @@ type Options struct {
 	// DefaultCharge applies where neither a limit nor its domain's
 	// defaults name one; the zero value is algorithm.ChargeAdmitted.
 	DefaultCharge algorithm.Charge
+	// DefaultPrecision applies where neither a limit nor its domain's
+	// defaults name one, to limits that can be leased (a
+	// sliding_window_log limit stays strict); the zero value is
+	// PrecisionStrict.
+	DefaultPrecision Precision
 	// MaxPatterns bounds the wildcard values of one key at one level, such
 	// as the patterns of an allow or deny list, which a request tries in
 	// turn (exact values are looked up at once, whatever their number).
@@ -79,6 +84,9 @@ func load(fsys fs.FS, display func(string) string, opts Options) (*Tree, error) 
 	}
 	if c := opts.DefaultCharge; c > algorithm.ChargeAlways {
 		return nil, fmt.Errorf("invalid Options.DefaultCharge %d", c)
+	}
+	if p := opts.DefaultPrecision; p > PrecisionCached {
+		return nil, fmt.Errorf("invalid Options.DefaultPrecision %d", p)
 	}
 	var errs errorList
 	files := findFiles(fsys, display, &errs)

@@ -192,6 +192,109 @@ func TestLoadDefaultCharge(t *testing.T) {
 	}
 }
 
+// TestLoadDefaultPrecision checks that Options.DefaultPrecision applies
+// where neither a limit nor its domain's defaults name a precision, that a
+// limit's own precision and its domain's defaults win over it, and that it
+// leaves a sliding_window_log limit strict.
+func TestLoadDefaultPrecision(t *testing.T) {
+	fsys := fstest.MapFS{
+		"a.yaml": {Data: []byte("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n" +
+			"  - key: own\n    rate_limit: {unit: second, requests_per_unit: 1, precision: strict}\n" +
+			"  - key: log\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: sliding_window_log}\n")},
+		"b.yaml": {Data: []byte("domain: b\ndefaults: {precision: strict}\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")},
+		"c.yaml": {Data: []byte("domain: c\ndefaults: {precision: cached}\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")},
+	}
+	const s, c = PrecisionStrict, PrecisionCached
+	tests := []struct {
+		opt     Precision
+		want    [5]Precision // a k, a own, a log, b k, c k
+		wantErr string
+	}{
+		{opt: s, want: [5]Precision{s, s, s, s, c}},
+		{opt: c, want: [5]Precision{c, s, s, s, c}},
+		{opt: Precision(7), wantErr: "invalid Options.DefaultPrecision 7"},
+	}
+	for _, tt := range tests {
+		tree, err := LoadFS(fsys, Options{DefaultPrecision: tt.opt})
+		if tt.wantErr != "" {
+			if err == nil || err.Error() != tt.wantErr {
+				t.Errorf("DefaultPrecision %v: error %v, want %q", tt.opt, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		precision := func(domain, e string) Precision {
+			return tree.Domain(domain).Match(entries(e)).Limits[0].Precision
+		}
+		got := [5]Precision{precision("a", "k=1"), precision("a", "own=1"), precision("a", "log=1"), precision("b", "k=1"), precision("c", "k=1")}
+		if got != tt.want {
+			t.Errorf("DefaultPrecision %v: a, a own, a log, b, c = %v, want %v", tt.opt, got, tt.want)
+		}
+		if !tree.Cached() {
+			t.Errorf("DefaultPrecision %v: Cached() = false, want true (domain c)", tt.opt)
+		}
+	}
+}
+
+// TestTreeCached checks that Tree.Cached sees a cached limit anywhere, and
+// only then.
+func TestTreeCached(t *testing.T) {
+	tests := []struct {
+		yaml string
+		opts Options
+		want bool
+	}{
+		{"domain: d\n", Options{}, false},
+		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n", Options{}, false},
+		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n", Options{DefaultPrecision: PrecisionCached}, true},
+		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: sliding_window_log}\n", Options{DefaultPrecision: PrecisionCached}, false},
+		{"domain: d\ndescriptors:\n  - key: k\n    descriptors:\n      - key: n\n        rate_limits:\n" +
+			"          - {unit: second, requests_per_unit: 1}\n          - {unit: hour, requests_per_unit: 9, precision: cached}\n", Options{}, true},
+	}
+	for i, tt := range tests {
+		tree, err := LoadFS(fstest.MapFS{"a.yaml": {Data: []byte(tt.yaml)}}, tt.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := tree.Cached(); got != tt.want {
+			t.Errorf("case %d: Cached() = %v, want %v", i, got, tt.want)
+		}
+	}
+	if (*Tree)(nil).Cached() {
+		t.Error("nil Tree: Cached() = true")
+	}
+}
+
+func TestParsePrecision(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    Precision
+		wantErr string
+	}{
+		{"strict", PrecisionStrict, ""},
+		{"CACHED", PrecisionCached, ""},
+		{"", 0, `unknown precision "" (want strict or cached)`},
+		{"exact", 0, `unknown precision "exact" (want strict or cached)`},
+	}
+	for _, tt := range tests {
+		got, err := ParsePrecision(tt.in)
+		if tt.wantErr != "" {
+			if err == nil || err.Error() != tt.wantErr {
+				t.Errorf("ParsePrecision(%q): error %v, want %q", tt.in, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != tt.want || got.String() != strings.ToLower(tt.in) {
+			t.Errorf("ParsePrecision(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
+		}
+	}
+	if got := Precision(9).String(); got != "precision(9)" {
+		t.Errorf("Precision(9).String() = %q", got)
+	}
+}
+
 func TestLoadMaxPatterns(t *testing.T) {
 	yaml := "domain: p\ndescriptors:\n"
 	for _, v := range []string{"a*", "b*", "c", "d*"} {
@@ -243,6 +346,7 @@ func TestHash(t *testing.T) {
 		{map[string]string{"a.yaml": base + "  - key: k\n    value: v\n"}, Options{}},
 		{map[string]string{"a.yaml": base}, Options{DefaultAlgorithm: algorithm.FixedWindow}},
 		{map[string]string{"a.yaml": base}, Options{DefaultCharge: algorithm.ChargeAlways}},
+		{map[string]string{"a.yaml": base}, Options{DefaultPrecision: PrecisionCached}},
 	}
 	for _, tt := range different {
 		if got := hash(tt.files, tt.opts); got == h {

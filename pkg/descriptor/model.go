@@ -124,6 +124,43 @@ func (m FailureMode) String() string {
 	return failureModeNames[m]
 }
 
+// Precision says where a limit's hits are decided when its counters are
+// shared (the Redis store). It is a configuration choice, not part of the
+// algorithm: the counters and their answers are the same, so it lives here
+// rather than in pkg/algorithm, and the limiter turns it into
+// store.Hit.Cached.
+type Precision uint8
+
+// The precisions. PrecisionStrict, the zero Precision, decides every hit
+// at the shared counter. PrecisionCached decides most hits from a lease of
+// hits reserved from it (pkg/store/cached): never more than the limit,
+// at the price of bounded false rejections. A sliding_window_log limit is
+// never leased, so it is always strict.
+const (
+	PrecisionStrict Precision = iota
+	PrecisionCached
+)
+
+var precisionNames = [...]string{PrecisionStrict: "strict", PrecisionCached: "cached"}
+
+// ParsePrecision returns the precision named s, ignoring case.
+func ParsePrecision(s string) (Precision, error) {
+	for p, name := range precisionNames {
+		if strings.EqualFold(s, name) {
+			return Precision(p), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown precision %q (want strict or cached)", s)
+}
+
+// String returns the lower-case name of p, such as "cached".
+func (p Precision) String() string {
+	if int(p) >= len(precisionNames) {
+		return fmt.Sprintf("precision(%d)", p)
+	}
+	return precisionNames[p]
+}
+
 // Limit is one counted limit of a rule.
 type Limit struct {
 	Name            string // rate_limit.name; may be empty
@@ -133,6 +170,7 @@ type Limit struct {
 	Burst           uint32 // token bucket only
 	Algorithm       algorithm.Kind
 	Charge          algorithm.Charge
+	Precision       Precision // PrecisionStrict for sliding_window_log
 }
 
 // Period returns the length of one window of l.

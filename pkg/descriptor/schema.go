@@ -3,7 +3,7 @@ package descriptor
 // This file is tollgate's configuration schema: a file's domain, its
 // defaults and shard_by, the descriptors with their keys, values, actions
 // and failure modes, and rate_limit (envoyproxy/ratelimit's fields and
-// tollgate's algorithm, burst, unit_multiplier and charge). It decodes one file
+// tollgate's algorithm, burst, unit_multiplier, charge and precision). It decodes one file
 // into a Domain with the strict reader of yamlreader.go and checks what
 // involves more than one field: limits that would share a counter,
 // replaces that name no limit, shard_by keys that no descriptor has.
@@ -35,10 +35,10 @@ const (
 // rate_limit fields is envoyproxy/ratelimit's; the rest are tollgate's.
 const (
 	fileFields       fieldSet = "domain descriptors defaults shard_by"
-	defaultsFields   fieldSet = "algorithm failure_mode burst charge"
+	defaultsFields   fieldSet = "algorithm failure_mode burst charge precision"
 	descriptorFields fieldSet = "key value rate_limit descriptors shadow_mode quota_mode detailed_metric value_to_metric share_threshold metadata " +
 		"rate_limits action failure_mode"
-	limitFields    fieldSet = "unit requests_per_unit unlimited name replaces algorithm burst unit_multiplier charge"
+	limitFields    fieldSet = "unit requests_per_unit unlimited name replaces algorithm burst unit_multiplier charge precision"
 	replacesFields fieldSet = "name"
 )
 
@@ -94,6 +94,7 @@ type domainBuilder struct {
 	algorithm   algorithm.Kind   // resolved default algorithm
 	algSource   string           // where algorithm came from, for messages
 	charge      algorithm.Charge // resolved default charge
+	precision   Precision        // resolved default precision
 	failureMode FailureMode
 	burst       uint32
 	hasBurst    bool
@@ -159,13 +160,14 @@ func (p *parser) domain(root *yaml.Node) *Domain {
 }
 
 // defaults decodes the domain's defaults and resolves the domain's
-// default algorithm, failure mode and charge.
+// default algorithm, failure mode, charge and precision.
 func (b *domainBuilder) defaults(f *field) {
 	b.algorithm, b.algSource = algorithm.TokenBucket, "tollgate's default"
 	if b.opts.DefaultAlgorithm != 0 {
 		b.algorithm, b.algSource = b.opts.DefaultAlgorithm, "the service's default"
 	}
 	b.charge = b.opts.DefaultCharge
+	b.precision = b.opts.DefaultPrecision
 	b.failureMode = b.opts.DefaultFailureMode
 	if f == nil || (f.val.Kind == yaml.ScalarNode && f.val.ShortTag() == "!!null") {
 		return
@@ -194,6 +196,14 @@ func (b *domainBuilder) defaults(f *field) {
 		} else {
 			b.charge = c
 			b.d.defaults.charge = c.String()
+		}
+	}
+	if s, ok := b.str(fs.get("precision"), "", "defaults"); ok {
+		if p, err := ParsePrecision(s); err != nil {
+			b.errorf(fs.get("precision").val, "", "defaults.precision: %v", err)
+		} else {
+			b.precision = p
+			b.d.defaults.precision = p.String()
 		}
 	}
 	if bf := fs.get("burst"); bf != nil {
@@ -519,7 +529,7 @@ func (b *domainBuilder) limit(n, at *yaml.Node, path, ctx string) (limitSpec, bo
 	}
 	s.unlimited = b.boolean(fs.get("unlimited"), path, ctx)
 	if s.unlimited {
-		for _, other := range [...]string{"unit", "requests_per_unit", "algorithm", "burst", "unit_multiplier", "charge"} {
+		for _, other := range [...]string{"unit", "requests_per_unit", "algorithm", "burst", "unit_multiplier", "charge", "precision"} {
 			if f := fs.get(other); f != nil {
 				b.errorf(f.key, path, "%s: unlimited cannot be combined with %s", ctx, other)
 			}
@@ -592,6 +602,31 @@ func (b *domainBuilder) counting(fs fields, n *yaml.Node, path, ctx string, l *L
 				b.errorf(f.val, path, "%s: %v", ctx, err)
 			} else {
 				l.Charge = c
+			}
+		}
+	}
+
+	// A default precision applies to the limits that can be leased; a
+	// sliding_window_log limit stays strict. Asking for cached on one
+	// explicitly is a contradiction.
+	if l.Algorithm.Leasable() {
+		l.Precision = b.precision
+	}
+	if f := fs.get("precision"); f != nil {
+		if s, ok := b.str(f, path, ctx); ok {
+			p, err := ParsePrecision(s)
+			switch {
+			case err != nil:
+				b.errorf(f.val, path, "%s: %v", ctx, err)
+			case p == PrecisionCached && !l.Algorithm.Leasable():
+				from := ""
+				if source != "" {
+					from = " (the algorithm comes from " + source + ")"
+				}
+				b.errorf(f.key, path, "%s: precision cached does not apply to %s, which is never leased: its exactness is the reason to choose it%s",
+					ctx, l.Algorithm, from)
+			default:
+				l.Precision = p
 			}
 		}
 	}

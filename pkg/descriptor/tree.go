@@ -29,6 +29,7 @@ type defaults struct {
 	algorithm   string // "" if unset
 	failureMode string // "" if unset
 	charge      string // "" if unset
+	precision   string // "" if unset
 	burst       uint32
 	hasBurst    bool
 }
@@ -87,6 +88,27 @@ func (t *Tree) Hash() string {
 		return ""
 	}
 	return t.hash
+}
+
+// Cached reports whether any limit of t has precision cached. It walks
+// every rule, so it is for start-up and reloads, not for requests.
+func (t *Tree) Cached() bool {
+	if t == nil {
+		return false
+	}
+	for _, d := range t.domains {
+		for _, n := range d.nodes {
+			if n.rule == nil {
+				continue
+			}
+			for _, l := range n.rule.Limits {
+				if l.Precision == PrecisionCached {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // Name returns d's domain name.

@@ -58,6 +58,14 @@
 // checks the limits without consuming; otherwise the request's hits_addend
 // counts, where 0 means 1. Descriptor.Refund gives the hits back.
 //
+// # Precision
+//
+// Each hit of a limit whose precision is cached (descriptor.Limit.Precision)
+// is marked store.Hit.Cached, so a store that leases budgets
+// (pkg/store/cached) may decide it from a lease; an override takes the
+// precision of the rule's first limit. A sliding_window_log limit is never
+// marked. Other stores ignore the mark.
+//
 // # Charge
 //
 // Each hit carries its limit's charge (descriptor.Limit.Charge). A

@@ -639,12 +639,13 @@ func (l *Limiter) resolve(s *scratch, dom *descriptor.Domain, req *Request, mark
 			// a rule matches, replaces an unlimited rule's exemption, and
 			// ignores the rule's shadow and quota mode. The rule's algorithm
 			// still counts it.
-			algo, charge := l.defaultAlgo, l.defaultCharge
+			algo, charge, precision := l.defaultAlgo, l.defaultCharge, descriptor.PrecisionStrict
 			if rule != nil && len(rule.Limits) > 0 {
 				if rule.Limits[0].Algorithm != 0 {
 					algo = rule.Limits[0].Algorithm
 				}
 				charge = rule.Limits[0].Charge
+				precision = rule.Limits[0].Precision
 			}
 			if st.always {
 				charge = algorithm.ChargeAlways
@@ -657,6 +658,7 @@ func (l *Limiter) resolve(s *scratch, dom *descriptor.Domain, req *Request, mark
 				RequestsPerUnit: d.Override.RequestsPerUnit,
 				Algorithm:       algo,
 				Charge:          charge,
+				Precision:       precision,
 			}}
 			st.kind = kindCounted
 			st.override = true
@@ -794,6 +796,7 @@ func (l *Limiter) buildHits(s *scratch, dom *descriptor.Domain, req *Request) {
 				Limit:   lim.Algo(),
 				Cost:    cost,
 				Soft:    st.shadow || st.quota,
+				Cached:  lim.Precision == descriptor.PrecisionCached && lim.Algorithm.Leasable(),
 			})
 			if h := &s.hits[len(s.hits)-1]; st.always || h.Limit.Charge == algorithm.ChargeAlways {
 				h.Limit.Charge = algorithm.ChargeAlways

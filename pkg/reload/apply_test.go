@@ -81,3 +81,37 @@ func TestRunWithoutDirectory(t *testing.T) {
 		t.Fatalf("Run() = %v", err)
 	}
 }
+
+// TestOnChange checks that OnChange sees every swap to a tree with a new
+// hash, and nothing else: not the first tree, not an unchanged or failed
+// reload.
+func TestOnChange(t *testing.T) {
+	var seen []string
+	r, err := reload.New(reload.Options{Source: "xds", OnChange: func(tree *descriptor.Tree) { seen = append(seen, tree.Hash()) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := treeOf("xds/a.yaml", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+	two := treeOf("xds/a.yaml", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, precision: cached}\n")
+	bad := treeOf("xds/a.yaml", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
+	var want []string
+	steps := []struct {
+		load    func() (*descriptor.Tree, error)
+		changes bool
+	}{
+		{one, false}, // the first tree
+		{one, false}, // unchanged
+		{bad, false}, // failed
+		{two, true},
+		{one, true},
+	}
+	for i, st := range steps {
+		_ = r.Apply("step", st.load)
+		if st.changes {
+			want = append(want, r.Current().Hash())
+		}
+		if len(seen) != len(want) || (len(want) > 0 && seen[len(seen)-1] != want[len(want)-1]) {
+			t.Fatalf("after step %d: OnChange saw %v, want %v", i, seen, want)
+		}
+	}
+}

@@ -80,6 +80,11 @@ type Options struct {
 	// Now returns the time recorded for a successful reload. Nil means
 	// time.Now. Debouncing always uses the monotonic clock.
 	Now func() time.Time
+	// OnChange, if set, is called with the new tree after a reload swaps
+	// in a tree whose hash differs from the live one's (not for the first
+	// tree), one call at a time, before the reload returns. The app uses
+	// it to forget state kept for the old rules.
+	OnChange func(*descriptor.Tree)
 }
 
 // Status describes the outcome of the reloads so far.
@@ -103,6 +108,7 @@ type Reloader struct {
 	dir      string
 	source   string // dir, or Options.Source without one
 	load     func(dir string) (*descriptor.Tree, error)
+	onChange func(*descriptor.Tree)
 	debounce time.Duration
 	log      *slog.Logger
 	now      func() time.Time
@@ -138,6 +144,7 @@ func New(opts Options) (*Reloader, error) {
 		dir:      opts.Dir,
 		source:   opts.Dir,
 		load:     opts.Load,
+		onChange: opts.OnChange,
 		debounce: opts.Debounce,
 		log:      opts.Logger,
 		now:      opts.Now,
@@ -285,6 +292,9 @@ func (r *Reloader) applyWith(reason string, load func() (*descriptor.Tree, error
 	r.lastFailure = ""
 	r.mu.Unlock()
 	r.metrics.success()
+	if changed && old != nil && r.onChange != nil {
+		r.onChange(tree)
+	}
 
 	switch {
 	case old == nil:
