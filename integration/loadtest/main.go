@@ -10,7 +10,12 @@
 // over-limit cache (--over-limit-cache-bytes), in alternating runs, and
 // reports each one's medians and resident memory.
 //
-// A third section, flood, floods tollgate with unique keys and samples its
+// A third section, cached, measures leased budgets (precision: cached)
+// beside strict decisions and the floor: throughput as a share of the
+// floor's, the decisions made without a Redis round trip, Redis CPU per
+// decision, and open-loop latency.
+//
+// A fourth section, flood, floods tollgate with unique keys and samples its
 // resident memory, to check that the memory of the memory store and of the
 // local fallback of an unreachable Redis follows their key caps, not the
 // flood.
@@ -82,7 +87,7 @@ func main() {
 	flag.DurationVar(&cfg.duration, "duration", 8*time.Second, "length of each measured run of a Redis scenario")
 	flag.IntVar(&cfg.runs, "runs", 3, "runs per Redis scenario; the median is reported")
 	flag.DurationVar(&cfg.floodDuration, "flood-duration", 15*time.Second, "length of each unique-key flood")
-	only := flag.String("only", "", "comma-separated sections to run: redis, overlimit, flood (default: all)")
+	only := flag.String("only", "", "comma-separated sections to run: redis, overlimit, cached, flood (default: all)")
 	flag.Parse()
 	sections, err := parseSections(*only)
 	if err != nil {
@@ -99,13 +104,14 @@ func main() {
 // parseSections reads the -only flag; empty selects every section.
 func parseSections(only string) (map[string]bool, error) {
 	sections := map[string]bool{}
+	all := []string{sectionRedis, sectionOverLimit, sectionCached, sectionFlood}
 	if only == "" {
-		only = sectionRedis + "," + sectionOverLimit + "," + sectionFlood
+		only = strings.Join(all, ",")
 	}
 	for name := range strings.SplitSeq(only, ",") {
 		name = strings.TrimSpace(name)
-		if name != sectionRedis && name != sectionOverLimit && name != sectionFlood {
-			return nil, fmt.Errorf("-only: unknown section %q (want %s, %s or %s)", name, sectionRedis, sectionOverLimit, sectionFlood)
+		if !slices.Contains(all, name) {
+			return nil, fmt.Errorf("-only: unknown section %q (want one of %s)", name, strings.Join(all, ", "))
 		}
 		sections[name] = true
 	}
@@ -166,6 +172,13 @@ func run(cfg config) error {
 			return err
 		}
 		report[sectionOverLimit] = over
+	}
+	if cfg.sections[sectionCached] {
+		cached, err := runCached(cfg, dir)
+		if err != nil {
+			return err
+		}
+		report[sectionCached] = cached
 	}
 	if cfg.sections[sectionFlood] {
 		flood, err := runFlood(cfg, dir)
