@@ -393,3 +393,45 @@ func TestNoLeaseSpentAfterItsEnd(t *testing.T) {
 		}
 	})
 }
+
+// counting is a store that counts the Apply calls reaching it.
+type counting struct {
+	store.Store
+	calls atomic.Int64
+}
+
+func (c *counting) Apply(ctx context.Context, hits []store.Hit, verdicts []algorithm.Verdict) error {
+	c.calls.Add(1)
+	return c.Store.Apply(ctx, hits, verdicts)
+}
+
+func TestEmptiedBucketAnsweredLocallyUntilItsNextToken(t *testing.T) {
+	slow := algorithm.Limit{Kind: algorithm.TokenBucket, Requests: 10, Period: second}
+	synctest.Test(t, func(t *testing.T) {
+		m := memory.New(memory.Options{Now: time.Now})
+		inner := &counting{Store: m}
+		_, s := newPair(t, cached.Options{Inner: inner, Leaser: m})
+		// Ten tokens: near its limit the bucket is decided strictly, and
+		// the last admission leaves it without a whole token.
+		for i := range 10 {
+			if v := apply(t, s, hitOn("a", slow, 1)); !v.Allowed {
+				t.Fatalf("hit %d rejected: %+v", i, v)
+			}
+		}
+		time.Sleep(30 * time.Millisecond)
+		calls := inner.calls.Load()
+		v := apply(t, s, hitOn("a", slow, 1))
+		if got := inner.calls.Load() - calls; got != 0 {
+			t.Fatalf("%d calls to the inner store for a hit the empty bucket rejects", got)
+		}
+		want := apply(t, m, hitOn("a", slow, 0)) // the strict status
+		want.Allowed = false
+		if v != want {
+			t.Fatalf("verdict %+v, want the strict one %+v", v, want)
+		}
+		time.Sleep(v.RetryAfter)
+		if v := apply(t, s, hitOn("a", slow, 1)); !v.Allowed {
+			t.Fatalf("rejected once a token refilled: %+v", v)
+		}
+	})
+}

@@ -1,6 +1,7 @@
 package cached
 
 import (
+	"math"
 	"slices"
 	"time"
 
@@ -222,6 +223,27 @@ func (c *counter) strictAnswer(v algorithm.Verdict, cost, now int64) {
 	c.last, c.lastAt, c.lastHits, c.left = v, now, 0, v.Remaining
 	if !v.Allowed && v.RetryAfter > 0 && cost <= 1 {
 		c.overUntil = now + v.RetryAfter.Microseconds()
+	} else if v.Allowed && cost >= 1 {
+		c.emptied(v, now, math.MaxInt64)
+	}
+}
+
+// emptied marks a token bucket that an admission answered at now left
+// without a whole token as over until its next token, for at most most
+// µs: a hit before then would be rejected by the shared bucket too, so it
+// is rejected here without a round trip. now is when the call was sent,
+// no later than the bucket's answer, so the mark ends no later than the
+// next token.
+func (c *counter) emptied(v algorithm.Verdict, now, most int64) {
+	l := c.limit
+	if l.Kind != algorithm.TokenBucket || l.Charge != algorithm.ChargeAdmitted || v.Remaining > 0 || l.Requests > l.Period {
+		return
+	}
+	// The answer's ResetAfter is the time until the bucket is full: its
+	// state as of now, from which a check tells the wait for one token.
+	_, chk := algorithm.Apply(l, algorithm.State{T: now + v.ResetAfter.Microseconds()}, now, 0)
+	if !chk.Allowed && chk.RetryAfter > 0 {
+		c.overUntil = now + min(chk.RetryAfter.Microseconds(), most)
 	}
 }
 
@@ -237,6 +259,8 @@ func (c *counter) install(s *Store, at int64, lease algorithm.Lease) {
 		return
 	}
 	c.overUntil = 0
+	// As after a grant of nothing, others may give back what they hold.
+	c.emptied(lease.Verdict, at, s.interval)
 	if c.gone {
 		s.queueReturn(c, lease, lease.Hits)
 		return

@@ -69,7 +69,13 @@
 // and RetryAfter counted down from the grant, until the RetryAfter it gave
 // or one RenewInterval, whichever is sooner (another instance may give its
 // lease back). A strict rejection of a cost-1 hit does the same until its
-// RetryAfter.
+// RetryAfter, and so does a strict admission that leaves a token bucket
+// without a whole token, until its next token (after a grant that does,
+// for at most one RenewInterval). The next token is computed from the
+// answer's ResetAfter as of when the call was sent, so it is never later
+// than the shared bucket's; when a token takes longer to refill than a
+// round trip, a saturated bucket costs one round trip per token admitted
+// rather than two.
 //
 // # Statuses
 //
