@@ -287,7 +287,7 @@ func (a *App) newStore(meters metric.MeterProvider) (store.Store, error) {
 			RenewInterval: s.LeaseInterval,
 			Lifetime:      s.LeaseLifetime,
 			MeterProvider: meters,
-			Logger:        a.logger.With("component", "cached"),
+			Logger:        a.logger,
 		})
 		// Appended after the Redis store's Close, so it runs before it:
 		// the unspent hits of every lease go back while Redis is there.

@@ -198,8 +198,11 @@ type ratelimitEnvReport struct {
 	// FixedWindow is whether the default algorithm became fixed_window.
 	FixedWindow bool
 	// ChargeAlways is whether the default charge became always: in
-	// envoyproxy/ratelimit's environment, or (XDS) with rules over xDS.
-	ChargeAlways, XDS bool
+	// envoyproxy/ratelimit's environment, or with rules over xDS.
+	ChargeAlways bool
+	// XDS is whether the default charge became always because the rules
+	// come over xDS.
+	XDS bool
 	// NoHeaders is whether response-headers became none because
 	// LIMIT_RESPONSE_HEADERS_ENABLED was unset.
 	NoHeaders bool
@@ -212,7 +215,7 @@ func (r ratelimitEnvReport) log(logger *slog.Logger) {
 		return
 	}
 	if !r.Active {
-		if r.ChargeAlways {
+		if r.XDS {
 			logger.Info("rules over xDS: default charge always, as envoyproxy/ratelimit counts (--default-charge admitted opts out)")
 		}
 		return

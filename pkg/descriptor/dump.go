@@ -56,9 +56,8 @@ func (t *Tree) digest() string {
 // limits, including the algorithm each limit resolved to, its charge
 // when it is not admitted and its precision when it is not strict
 // (tollgate's rule, like a burst of 0, goes unsaid, so a configuration
-// keeps its hash). Strings that
-// could be misread are quoted, so the dump is also the canonical form that
-// Hash digests. A dump looks like this:
+// keeps its hash). Strings that could be misread are quoted, so the dump
+// is also the canonical form that Hash digests. A dump looks like this:
 //
 //	domain api
 //	  shard_by api_key
@@ -67,9 +66,9 @@ func (t *Tree) digest() string {
 //	  api_key: no rule
 //	  api_key/endpoint="/search": limit, failure_mode=closed
 //	    30 per minute, sliding_window_counter
-//	api_key/endpoint="/chat": limit, failure_mode=open
+//	  api_key/endpoint="/chat": limit, failure_mode=open
 //	    100000 per day, fixed_window, charge always
-//	api_key/endpoint="/list": limit, failure_mode=open
+//	  api_key/endpoint="/list": limit, failure_mode=open
 //	    5000 per minute, fixed_window, precision cached
 func (t *Tree) WriteTo(w io.Writer) (int64, error) {
 	n, err := io.WriteString(w, t.String())

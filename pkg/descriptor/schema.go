@@ -3,10 +3,11 @@ package descriptor
 // This file is tollgate's configuration schema: a file's domain, its
 // defaults and shard_by, the descriptors with their keys, values, actions
 // and failure modes, and rate_limit (envoyproxy/ratelimit's fields and
-// tollgate's algorithm, burst, unit_multiplier, charge and precision). It decodes one file
-// into a Domain with the strict reader of yamlreader.go and checks what
-// involves more than one field: limits that would share a counter,
-// replaces that name no limit, shard_by keys that no descriptor has.
+// tollgate's algorithm, burst, unit_multiplier, charge and precision). It
+// decodes one file into a Domain with the strict reader of yamlreader.go
+// and checks what involves more than one field: limits that would share a
+// counter, replaces that name no limit, shard_by keys that no descriptor
+// has.
 
 import (
 	"bytes"

@@ -19,9 +19,9 @@
 // bounds are the defaults (DefaultMaxDescriptors and so on; DefaultMaxHits
 // is Envoy's own cap, 10^9). A ChargeKey entry whose value is not
 // "always", or a descriptor with nothing but ChargeKey entries, is
-// malformed too. The engine
-// owns these checks so that every adapter applies the same ones; the
-// adapters only map the error, to gRPC InvalidArgument and HTTP 400.
+// malformed too. The engine owns these checks so that every adapter
+// applies the same ones; the adapters only map the error, to gRPC
+// InvalidArgument and HTTP 400.
 //
 // # Policy
 //
@@ -48,9 +48,9 @@
 //
 // All hits of a request go to the store in one Apply call, so a request is
 // all or nothing: when one hit that is not soft is rejected, nothing is
-// charged, except the always-charged hits (see Charge). A descriptor with several limits reports the most restrictive:
-// a rejected one (the longest wait first), else the one with the least
-// remaining.
+// charged, except the always-charged hits (see Charge). A descriptor with
+// several limits reports the most restrictive: a rejected one (the longest
+// wait first), else the one with the least remaining.
 //
 // # Hits
 //
