@@ -9,6 +9,7 @@ package store
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"time"
 
@@ -42,6 +43,25 @@ type Hit struct {
 	// Cached marks a hit whose rule's precision is cached: a store that
 	// leases budgets may decide the hit from a lease.
 	Cached bool
+}
+
+// AppendIdentity appends to b the encoding of the counter h counts
+// against: Domain, Entries, Limit.Kind and Limit.Period, every string
+// prefixed by its length, so that no two counters share an encoding. The
+// stores that keep counters in process hash it into their keys.
+func (h *Hit) AppendIdentity(b []byte) []byte {
+	b = binary.AppendUvarint(b, uint64(len(h.Domain)))
+	b = append(b, h.Domain...)
+	b = binary.AppendUvarint(b, uint64(len(h.Entries)))
+	for i := range h.Entries {
+		e := &h.Entries[i]
+		b = binary.AppendUvarint(b, uint64(len(e.Key)))
+		b = append(b, e.Key...)
+		b = binary.AppendUvarint(b, uint64(len(e.Value)))
+		b = append(b, e.Value...)
+	}
+	b = append(b, byte(h.Limit.Kind))
+	return binary.LittleEndian.AppendUint64(b, uint64(h.Limit.Period))
 }
 
 // Store applies batches of hits.

@@ -2,7 +2,6 @@ package cached
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -694,21 +693,8 @@ func (s *Store) Close(ctx context.Context) error {
 	return s.flushReturns(ctx)
 }
 
-// key hashes a hit's counter identity: Domain, Entries, Limit.Kind and
-// Limit.Period, every string prefixed by its length.
+// key hashes a hit's counter identity (store.Hit.AppendIdentity).
 func (s *Store) key(h *store.Hit) uint64 {
 	var buf [256]byte
-	b := binary.AppendUvarint(buf[:0], uint64(len(h.Domain)))
-	b = append(b, h.Domain...)
-	b = binary.AppendUvarint(b, uint64(len(h.Entries)))
-	for i := range h.Entries {
-		e := &h.Entries[i]
-		b = binary.AppendUvarint(b, uint64(len(e.Key)))
-		b = append(b, e.Key...)
-		b = binary.AppendUvarint(b, uint64(len(e.Value)))
-		b = append(b, e.Value...)
-	}
-	b = append(b, byte(h.Limit.Kind))
-	b = binary.LittleEndian.AppendUint64(b, uint64(h.Limit.Period))
-	return maphash.Bytes(s.seed, b)
+	return maphash.Bytes(s.seed, h.AppendIdentity(buf[:0]))
 }

@@ -307,22 +307,20 @@ func (s *Store) applyBatch(hits []store.Hit, verdicts []algorithm.Verdict) {
 	}
 }
 
-// key hashes a hit's counter identity: Domain, Entries, Limit.Kind and
-// Limit.Period in an encoding where every string is prefixed by its length,
-// so no two identities share an encoding. Identities up to keyBuffer bytes
-// are encoded on the stack.
+// key hashes a hit's counter identity (store.Hit.AppendIdentity).
+// Identities up to keyBuffer bytes are encoded on the stack.
 func (s *Store) key(h *store.Hit) uint64 {
 	if maxIdentityLen(h) > shortKey {
 		return s.longKey(h)
 	}
 	var buf [shortKey]byte
-	return hashIdentity(s.seed, appendIdentity(buf[:0], h))
+	return hashIdentity(s.seed, h.AppendIdentity(buf[:0]))
 }
 
 // longKey is key for identities longer than shortKey.
 func (s *Store) longKey(h *store.Hit) uint64 {
 	var buf [keyBuffer]byte
-	return hashIdentity(s.seed, appendIdentity(buf[:0], h))
+	return hashIdentity(s.seed, h.AppendIdentity(buf[:0]))
 }
 
 // maxIdentityLen returns an upper bound of the length of h's identity
@@ -333,22 +331,6 @@ func maxIdentityLen(h *store.Hit) int {
 		n += len(h.Entries[i].Key) + len(h.Entries[i].Value) + 2*binary.MaxVarintLen64
 	}
 	return n
-}
-
-// appendIdentity appends the encoding of h's identity to b.
-func appendIdentity(b []byte, h *store.Hit) []byte {
-	b = binary.AppendUvarint(b, uint64(len(h.Domain)))
-	b = append(b, h.Domain...)
-	b = binary.AppendUvarint(b, uint64(len(h.Entries)))
-	for i := range h.Entries {
-		e := &h.Entries[i]
-		b = binary.AppendUvarint(b, uint64(len(e.Key)))
-		b = append(b, e.Key...)
-		b = binary.AppendUvarint(b, uint64(len(e.Value)))
-		b = append(b, e.Value...)
-	}
-	b = append(b, byte(h.Limit.Kind))
-	return binary.LittleEndian.AppendUint64(b, uint64(h.Limit.Period))
 }
 
 // hashIdentity hashes an identity encoding to a key.
