@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/integration/redistest"
-	"github.com/tollgatehq/tollgate/pkg/app"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/rlsclient"
 )
@@ -51,11 +50,7 @@ func TestCachedFleetCluster(t *testing.T) {
 func testCachedFleet(t *testing.T, redisType string, addrs []string) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "fleet.yaml"), cachedFleetRules)
-	useRedis := func(s *app.Settings) {
-		s.Store, s.RedisType, s.RedisAddrs = "redis", redisType, addrs
-		s.RedisKeyPrefix, s.RedisTimeout, s.RedisDialTimeout = "cachedfleet", time.Second, time.Second
-		s.StoreTimeout = 5 * time.Second
-	}
+	useRedis := countIn(redisType, addrs, "cachedfleet")
 	var fleet []*service
 	for range 3 {
 		fleet = append(fleet, startServiceIn(t, dir, useRedis))

@@ -13,7 +13,6 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/tollgatehq/tollgate/integration/redistest"
-	"github.com/tollgatehq/tollgate/pkg/app"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/rlsclient"
 )
@@ -54,13 +53,7 @@ func TestFleetCluster(t *testing.T) {
 func testFleet(t *testing.T, redisType string, addrs []string) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "fleet.yaml"), fleetRules)
-	useRedis := func(s *app.Settings) {
-		s.Store, s.RedisType, s.RedisAddrs = "redis", redisType, addrs
-		s.RedisKeyPrefix, s.RedisTimeout, s.RedisDialTimeout = "fleet", time.Second, time.Second
-		// Exactness is the point here, not the failure modes: a decision
-		// may wait on a loaded machine rather than be answered degraded.
-		s.StoreTimeout = 5 * time.Second
-	}
+	useRedis := countIn(redisType, addrs, "fleet")
 	var fleet []*service
 	for range 3 {
 		fleet = append(fleet, startServiceIn(t, dir, useRedis))

@@ -58,6 +58,18 @@ func startService(t *testing.T, files map[string]string, tweak ...func(*app.Sett
 	return startServiceIn(t, dir, tweak...)
 }
 
+// countIn returns the settings that count in the Redis deployment at
+// addrs under prefix. Exactness is the point of the tests that use it,
+// not the failure modes: a decision may wait on a loaded machine rather
+// than be answered degraded.
+func countIn(redisType string, addrs []string, prefix string) func(*app.Settings) {
+	return func(s *app.Settings) {
+		s.Store, s.RedisType, s.RedisAddrs = "redis", redisType, addrs
+		s.RedisKeyPrefix, s.RedisTimeout, s.RedisDialTimeout = prefix, time.Second, time.Second
+		s.StoreTimeout = 5 * time.Second
+	}
+}
+
 // startServiceIn runs an App serving the rules already in dir.
 func startServiceIn(t *testing.T, dir string, tweak ...func(*app.Settings)) *service {
 	t.Helper()

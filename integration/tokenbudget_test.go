@@ -19,7 +19,6 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tollgatehq/tollgate/integration/redistest"
-	"github.com/tollgatehq/tollgate/pkg/app"
 	"github.com/tollgatehq/tollgate/pkg/rlsclient"
 )
 
@@ -87,17 +86,10 @@ func budgetServices(t *testing.T) map[string]*service {
 	files := budgetRules
 	standalone := redistest.StartStandalone(t)
 	cluster := redistest.StartCluster(t)
-	useRedis := func(redisType string, addrs []string) func(*app.Settings) {
-		return func(s *app.Settings) {
-			s.Store, s.RedisType, s.RedisAddrs = "redis", redisType, addrs
-			s.RedisKeyPrefix, s.RedisTimeout, s.RedisDialTimeout = "budget", time.Second, time.Second
-			s.StoreTimeout = 5 * time.Second
-		}
-	}
 	return map[string]*service{
 		"memory":     startService(t, files),
-		"standalone": startService(t, files, useRedis("single", []string{standalone.Addr})),
-		"cluster":    startService(t, files, useRedis("cluster", cluster.Addrs())),
+		"standalone": startService(t, files, countIn("single", []string{standalone.Addr}, "budget")),
+		"cluster":    startService(t, files, countIn("cluster", cluster.Addrs(), "budget")),
 	}
 }
 
@@ -399,11 +391,7 @@ func testNothingLost(t *testing.T, redisType string, addrs []string) {
 		calls   = 100
 	)
 	files := map[string]string{"lost.yaml": lostRules}
-	useRedis := func(s *app.Settings) {
-		s.Store, s.RedisType, s.RedisAddrs = "redis", redisType, addrs
-		s.RedisKeyPrefix, s.RedisTimeout, s.RedisDialTimeout = "lost", time.Second, time.Second
-		s.StoreTimeout = 5 * time.Second
-	}
+	useRedis := countIn(redisType, addrs, "lost")
 	var fleet []*service
 	for range 3 {
 		fleet = append(fleet, startService(t, files, useRedis))
