@@ -1,74 +1,27 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/tollgatehq/tollgate/integration/redistest"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
+	"github.com/tollgatehq/tollgate/pkg/logtest"
 	"github.com/tollgatehq/tollgate/pkg/rlsclient"
 )
-
-// logBuffer collects an App's log lines for a test.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // startLogged starts a tollgate on the configuration in dir with settings
 // changed by tweak, logging into the returned buffer, and returns it with
 // the App; the App stops when the test ends.
-func startLogged(t *testing.T, dir string, tweak func(*Settings)) (*App, *logBuffer) {
+func startLogged(t *testing.T, dir string, tweak func(*Settings)) (*App, *logtest.Buffer) {
 	t.Helper()
-	s, err := DefaultSettings()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.ConfigDir, s.GRPCAddr, s.HTTPAddr, s.DebugAddr = dir, "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	tweak(&s)
-	if err := s.validate(); err != nil {
-		t.Fatal(err)
-	}
-	logs := &logBuffer{}
-	ctx, cancel := context.WithCancel(context.Background())
-	a, err := New(ctx, s, slog.New(slog.NewTextHandler(logs, nil)))
-	if err != nil {
-		cancel()
-		t.Fatalf("starting tollgate: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Error("Run did not return within 10 s of the stop")
-		}
-	})
-	return a, logs
+	logs := &logtest.Buffer{}
+	return startApp(t, dir, slog.New(slog.NewTextHandler(logs, nil)), tweak), logs
 }
 
 const (

@@ -16,6 +16,17 @@ type runningApp struct {
 // memory store; tweak, if not nil, changes its settings first.
 func serveTest(t *testing.T, dir string, tweak func(*Settings)) runningApp {
 	t.Helper()
+	a := startApp(t, dir, slog.New(slog.DiscardHandler), tweak)
+	var r runningApp
+	r.grpcAddr, r.httpAddr, r.debugAddr = a.Addrs()
+	return r
+}
+
+// startApp runs a tollgate serving the configuration in dir on loopback
+// ports, logging to logger, until the test ends; tweak, if not nil,
+// changes its settings first.
+func startApp(t *testing.T, dir string, logger *slog.Logger, tweak func(*Settings)) *App {
+	t.Helper()
 	s, err := DefaultSettings()
 	if err != nil {
 		t.Fatal(err)
@@ -28,7 +39,7 @@ func serveTest(t *testing.T, dir string, tweak func(*Settings)) runningApp {
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	a, err := New(ctx, s, slog.New(slog.DiscardHandler))
+	a, err := New(ctx, s, logger)
 	if err != nil {
 		cancel()
 		t.Fatalf("starting tollgate: %v", err)
@@ -46,7 +57,5 @@ func serveTest(t *testing.T, dir string, tweak func(*Settings)) runningApp {
 			t.Error("Run did not return within 10 s of the stop")
 		}
 	})
-	var r runningApp
-	r.grpcAddr, r.httpAddr, r.debugAddr = a.Addrs()
-	return r
+	return a
 }
