@@ -44,29 +44,16 @@ func runCached(cfg config, dir string) (map[string]cachedResult, error) {
 	if err := os.WriteFile(filepath.Join(cdir, "bench.yaml"), []byte(cachedRules), 0o600); err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(3)
-	if err != nil {
-		return nil, err
-	}
-	redisAddr := fmt.Sprintf("127.0.0.1:%d", ports[0])
-	grpcAddr := fmt.Sprintf("127.0.0.1:%d", ports[1])
-	httpAddr := fmt.Sprintf("127.0.0.1:%d", ports[2])
-	redis, err := start(dir, "redis-cached.log", "taskset", "-c", "0", "redis-server", "--bind", "127.0.0.1",
-		"--port", strconv.Itoa(ports[0]), "--save", "", "--appendonly", "no")
+	redis, redisAddr, err := startRedis(dir, "redis-cached.log")
 	if err != nil {
 		return nil, err
 	}
 	defer stop(redis)
-	svc, err := start(dir, "tollgate-cached.log", "taskset", "-c", "1", cfg.bin, "serve", "--config-dir", cdir,
-		"--store", "redis", "--redis-addrs", redisAddr, "--store-timeout", "1s",
-		"--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--debug-addr", "", "--log-level", "warn")
+	svc, grpcAddr, httpAddr, err := startTollgate(cfg, dir, cdir, "tollgate-cached.log", redisAddr)
 	if err != nil {
 		return nil, err
 	}
 	defer stop(svc)
-	if err := waitReady("http://" + httpAddr + "/readyz"); err != nil {
-		return nil, fmt.Errorf("%w; tollgate log:\n%s", err, tail(filepath.Join(dir, "tollgate-cached.log")))
-	}
 
 	base := []string{"--addr", grpcAddr, "--domain", "bench", "--duration", cfg.duration.String(), "--warmup", "2s",
 		"-c", "64", "--conns", "4"}

@@ -196,30 +196,16 @@ func run(cfg config) error {
 // fails if any answer was degraded: with a one-second store timeout, Redis
 // must have made every decision.
 func runRedis(cfg config, dir string) (map[string]measurement, error) {
-	ports, err := freePorts(3)
-	if err != nil {
-		return nil, err
-	}
-	redisAddr := fmt.Sprintf("127.0.0.1:%d", ports[0])
-	grpcAddr := fmt.Sprintf("127.0.0.1:%d", ports[1])
-	httpAddr := fmt.Sprintf("127.0.0.1:%d", ports[2])
-
-	redis, err := start(dir, "redis.log", "taskset", "-c", "0", "redis-server", "--bind", "127.0.0.1",
-		"--port", strconv.Itoa(ports[0]), "--save", "", "--appendonly", "no")
+	redis, redisAddr, err := startRedis(dir, "redis.log")
 	if err != nil {
 		return nil, err
 	}
 	defer stop(redis)
-	svc, err := start(dir, "tollgate.log", "taskset", "-c", "1", cfg.bin, "serve", "--config-dir", dir,
-		"--store", "redis", "--redis-addrs", redisAddr, "--store-timeout", "1s",
-		"--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--debug-addr", "", "--log-level", "warn")
+	svc, grpcAddr, httpAddr, err := startTollgate(cfg, dir, dir, "tollgate.log", redisAddr)
 	if err != nil {
 		return nil, err
 	}
 	defer stop(svc)
-	if err := waitReady("http://" + httpAddr + "/readyz"); err != nil {
-		return nil, fmt.Errorf("%w; tollgate log:\n%s", err, tail(filepath.Join(dir, "tollgate.log")))
-	}
 
 	base := []string{"--addr", grpcAddr, "--domain", "bench", "--keys", "10000",
 		"--duration", cfg.duration.String(), "--warmup", "2s"}
@@ -580,6 +566,40 @@ func freePorts(n int) ([]int, error) {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+// startRedis starts redis-server without persistence on a free port,
+// pinned to core 0 beside the load generator.
+func startRedis(dir, logName string) (cmd *exec.Cmd, addr string, err error) {
+	ports, err := freePorts(1)
+	if err != nil {
+		return nil, "", err
+	}
+	cmd, err = start(dir, logName, "taskset", "-c", "0", "redis-server", "--bind", "127.0.0.1",
+		"--port", strconv.Itoa(ports[0]), "--save", "", "--appendonly", "no")
+	return cmd, fmt.Sprintf("127.0.0.1:%d", ports[0]), err
+}
+
+// startTollgate starts `tollgate serve` on free ports, pinned to core 1,
+// serving configDir and counting in the Redis at redisAddr, with the
+// extra flags, and waits until it is ready.
+func startTollgate(cfg config, dir, configDir, logName, redisAddr string, extra ...string) (cmd *exec.Cmd, grpcAddr, httpAddr string, err error) {
+	ports, err := freePorts(2)
+	if err != nil {
+		return nil, "", "", err
+	}
+	grpcAddr, httpAddr = fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
+	args := append([]string{"-c", "1", cfg.bin, "serve", "--config-dir", configDir,
+		"--store", "redis", "--redis-addrs", redisAddr, "--store-timeout", "1s",
+		"--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--debug-addr", "", "--log-level", "warn"}, extra...)
+	if cmd, err = start(dir, logName, "taskset", args...); err != nil {
+		return nil, "", "", err
+	}
+	if err := waitReady("http://" + httpAddr + "/readyz"); err != nil {
+		stop(cmd)
+		return nil, "", "", fmt.Errorf("%w; tollgate log:\n%s", err, tail(filepath.Join(dir, logName)))
+	}
+	return cmd, grpcAddr, httpAddr, nil
 }
 
 func start(dir, logName string, name string, args ...string) (*exec.Cmd, error) {

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 )
@@ -28,13 +27,7 @@ type overLimitResult struct {
 // one an hour every key exceeds after the warm-up. Runs alternate between
 // the two, so that both see the same machine.
 func runOverLimit(cfg config, dir string) (map[string]overLimitResult, error) {
-	ports, err := freePorts(5)
-	if err != nil {
-		return nil, err
-	}
-	redisAddr := fmt.Sprintf("127.0.0.1:%d", ports[0])
-	redis, err := start(dir, "redis-overlimit.log", "taskset", "-c", "0", "redis-server", "--bind", "127.0.0.1",
-		"--port", strconv.Itoa(ports[0]), "--save", "", "--appendonly", "no")
+	redis, redisAddr, err := startRedis(dir, "redis-overlimit.log")
 	if err != nil {
 		return nil, err
 	}
@@ -47,24 +40,17 @@ func runOverLimit(cfg config, dir string) (map[string]overLimitResult, error) {
 		pid        int
 	}
 	instances := []*instance{
-		{name: "over limit, no cache", grpcAddr: fmt.Sprintf("127.0.0.1:%d", ports[1]), httpAddr: fmt.Sprintf("127.0.0.1:%d", ports[2])},
-		{name: "over limit, over-limit cache", cacheBytes: overLimitCacheBytes, grpcAddr: fmt.Sprintf("127.0.0.1:%d", ports[3]), httpAddr: fmt.Sprintf("127.0.0.1:%d", ports[4])},
+		{name: "over limit, no cache"},
+		{name: "over limit, over-limit cache", cacheBytes: overLimitCacheBytes},
 	}
 	for i, in := range instances {
-		log := fmt.Sprintf("tollgate-overlimit-%d.log", i)
-		svc, err := start(dir, log, "taskset", "-c", "1", cfg.bin, "serve", "--config-dir", dir,
-			"--store", "redis", "--redis-addrs", redisAddr, "--store-timeout", "1s",
-			"--redis-key-prefix", fmt.Sprintf("tg%d", i),
-			"--over-limit-cache-bytes", strconv.FormatInt(in.cacheBytes, 10),
-			"--grpc-addr", in.grpcAddr, "--http-addr", in.httpAddr, "--debug-addr", "", "--log-level", "warn")
+		svc, grpcAddr, httpAddr, err := startTollgate(cfg, dir, dir, fmt.Sprintf("tollgate-overlimit-%d.log", i), redisAddr,
+			"--redis-key-prefix", fmt.Sprintf("tg%d", i), "--over-limit-cache-bytes", strconv.FormatInt(in.cacheBytes, 10))
 		if err != nil {
 			return nil, err
 		}
 		defer stop(svc)
-		if err := waitReady("http://" + in.httpAddr + "/readyz"); err != nil {
-			return nil, fmt.Errorf("%w; tollgate log:\n%s", err, tail(filepath.Join(dir, log)))
-		}
-		in.pid = svc.Process.Pid
+		in.grpcAddr, in.httpAddr, in.pid = grpcAddr, httpAddr, svc.Process.Pid
 	}
 	runs := make([][]measurement, len(instances))
 	for run := range cfg.runs {
