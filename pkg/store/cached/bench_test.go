@@ -41,3 +41,29 @@ func BenchmarkCachedLocal(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCachedStrict measures what the cached store adds to a strict
+// hit, which it hands to the inner store: the app puts it in front of
+// Redis whatever the rules' precision.
+func BenchmarkCachedStrict(b *testing.B) {
+	l := algorithm.Limit{Kind: algorithm.TokenBucket, Requests: 1 << 40, Period: hour}
+	h := []store.Hit{{Domain: "bench", Entries: []store.Entry{{Key: "user", Value: "alice"}}, Limit: l, Cost: 1}}
+	m := memory.New(memory.Options{})
+	c := cached.New(cached.Options{Inner: m, Leaser: m})
+	b.Cleanup(func() { _ = c.Close(context.Background()) })
+	for _, tc := range []struct {
+		name string
+		s    store.Store
+	}{{"memory", m}, {"through_cached", c}} {
+		b.Run(tc.name, func(b *testing.B) {
+			ctx := context.Background()
+			v := make([]algorithm.Verdict, 1)
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := tc.s.Apply(ctx, h, v); err != nil || !v[0].Allowed {
+					b.Fatal(err, v[0])
+				}
+			}
+		})
+	}
+}
