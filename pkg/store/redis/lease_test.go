@@ -10,42 +10,10 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/store"
 	"github.com/tollgatehq/tollgate/pkg/store/cached"
 	"github.com/tollgatehq/tollgate/pkg/store/redis"
-	"github.com/tollgatehq/tollgate/pkg/store/storetest"
 )
 
 // The Redis store is what package cached leases from.
 var _ cached.Leaser = (*redis.Store)(nil)
-
-// TestLeaseVectors runs the lease vectors against a standalone server and
-// a cluster, with batching on and off, calling the script as a function
-// (FCALL) and as a script (EVALSHA): Reserve and Return in Lua must grant
-// and give back exactly as package algorithm does.
-func TestLeaseVectors(t *testing.T) {
-	for _, start := range []func(testing.TB) deployment{standalone, cluster} {
-		d := start(t)
-		for _, batch := range []struct {
-			name   string
-			window time.Duration
-		}{{"batched", 0}, {"unbatched", -1}} {
-			for _, call := range []string{"fcall", "evalsha"} {
-				t.Run(d.name+"/"+batch.name+"/"+call, func(t *testing.T) {
-					storetest.RunLeases(t, func(t *testing.T, clock *storetest.Clock) storetest.Leaser {
-						opts := redis.Options{
-							Client:      d.client(t),
-							KeyPrefix:   "l" + batch.name[:1] + call[:1],
-							Now:         clock.Now,
-							BatchWindow: batch.window,
-						}
-						if call == "evalsha" {
-							opts = redis.ScriptsOnly(opts)
-						}
-						return newStore(t, opts)
-					})
-				})
-			}
-		}
-	}
-}
 
 // TestLeaseLocalClock checks that on the server's clock a lease's Until
 // comes back on the local clock: no later than the server's Until would

@@ -92,10 +92,10 @@ func hit(value string, l algorithm.Limit, cost int64) store.Hit {
 	return store.Hit{Domain: "test", Entries: []store.Entry{{Key: "k", Value: value}}, Shard: value, Limit: l, Cost: cost}
 }
 
-// TestVectors runs the shared algorithm vectors against a standalone server
-// and a cluster, with batching on and off, calling the script as a function
-// (FCALL) and as a script (EVALSHA): the Lua code must reproduce package
-// algorithm exactly.
+// TestVectors runs the shared algorithm and lease vectors against a
+// standalone server and a cluster, with batching on and off, calling the
+// script as a function (FCALL) and as a script (EVALSHA): the Lua code must
+// reproduce package algorithm exactly, Reserve and Return included.
 func TestVectors(t *testing.T) {
 	for _, start := range []func(testing.TB) deployment{standalone, cluster} {
 		d := start(t)
@@ -105,10 +105,10 @@ func TestVectors(t *testing.T) {
 		}{{"batched", 0}, {"unbatched", -1}} {
 			for _, call := range []string{"fcall", "evalsha"} {
 				t.Run(d.name+"/"+batch.name+"/"+call, func(t *testing.T) {
-					storetest.Run(t, func(t *testing.T, clock *storetest.Clock) store.Store {
+					open := func(t *testing.T, clock *storetest.Clock, prefix string) *redis.Store {
 						opts := redis.Options{
 							Client:      d.client(t),
-							KeyPrefix:   "v" + batch.name[:1] + call[:1],
+							KeyPrefix:   prefix + batch.name[:1] + call[:1],
 							Now:         clock.Now,
 							BatchWindow: batch.window,
 						}
@@ -116,7 +116,9 @@ func TestVectors(t *testing.T) {
 							opts = redis.ScriptsOnly(opts)
 						}
 						return newStore(t, opts)
-					})
+					}
+					storetest.Run(t, func(t *testing.T, clock *storetest.Clock) store.Store { return open(t, clock, "v") })
+					storetest.RunLeases(t, func(t *testing.T, clock *storetest.Clock) storetest.Leaser { return open(t, clock, "l") })
 				})
 			}
 		}
