@@ -3,7 +3,6 @@ package redis
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"time"
 
@@ -167,26 +166,17 @@ func (s *Store) giveBack(ctx context.Context, returns []store.LeaseReturn) (deci
 	return decidedAt, nil
 }
 
-// lease runs the lease groups of r and returns the first failure, wrapping
-// store.ErrUnavailable, doing what Apply does.
+// lease runs the lease groups of r and returns the first failure, as
+// Apply does.
 func (s *Store) lease(ctx context.Context, r *request, doing string) error {
 	if err := s.exec(ctx, r.groups); err != nil {
 		// Calls may still be in flight: r is not reused.
 		return err
 	}
 	for _, g := range r.groups {
-		if g.err == nil {
-			continue
+		if g.err != nil {
+			return s.unavailable(ctx, g.err, doing)
 		}
-		failed := g.err
-		s.metrics.failed(ctx, s.metrics.redisError)
-		if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) && !errors.Is(failed, context.DeadlineExceeded) {
-			failed = fmt.Errorf("%w: %w", context.DeadlineExceeded, failed)
-		}
-		if errors.Is(failed, store.ErrUnavailable) {
-			return failed
-		}
-		return fmt.Errorf("%w: %s in redis: %w", store.ErrUnavailable, doing, failed)
 	}
 	return nil
 }

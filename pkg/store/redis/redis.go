@@ -353,18 +353,24 @@ func (s *Store) apply(ctx context.Context, hits []store.Hit, verdicts []algorith
 	}
 	s.requests.Put(r)
 	if failed != nil {
-		s.metrics.failed(ctx, s.metrics.redisError)
-		if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) && !errors.Is(failed, context.DeadlineExceeded) {
-			// go-redis ends a read at the context's deadline with a
-			// plain i/o timeout; say which deadline it was.
-			failed = fmt.Errorf("%w: %w", context.DeadlineExceeded, failed)
-		}
-		if errors.Is(failed, store.ErrUnavailable) {
-			return 0, failed
-		}
-		return 0, fmt.Errorf("%w: deciding in redis: %w", store.ErrUnavailable, failed)
+		return 0, s.unavailable(ctx, failed, "deciding")
 	}
 	return decidedAt, nil
+}
+
+// unavailable counts the failure of a call made doing something and
+// returns it wrapping store.ErrUnavailable.
+func (s *Store) unavailable(ctx context.Context, failed error, doing string) error {
+	s.metrics.failed(ctx, s.metrics.redisError)
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) && !errors.Is(failed, context.DeadlineExceeded) {
+		// go-redis ends a read at the context's deadline with a plain i/o
+		// timeout; say which deadline it was.
+		failed = fmt.Errorf("%w: %w", context.DeadlineExceeded, failed)
+	}
+	if errors.Is(failed, store.ErrUnavailable) {
+		return failed
+	}
+	return fmt.Errorf("%w: %s in redis: %w", store.ErrUnavailable, doing, failed)
 }
 
 // verdicts fills verdicts from the results of r's groups, reporting whether
