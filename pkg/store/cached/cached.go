@@ -512,10 +512,7 @@ func (s *Store) queueReturn(c *counter, lease algorithm.Lease, unspent int64) {
 		return
 	}
 	s.mu.Lock()
-	s.returns = append(s.returns, store.LeaseReturn{
-		Domain: c.domain, Entries: c.entries, Shard: c.shard, Limit: c.limit,
-		Lease: lease, Unspent: unspent,
-	})
+	s.returns = append(s.returns, store.LeaseReturn{Counter: c.identity(), Lease: lease, Unspent: unspent})
 	s.mu.Unlock()
 }
 
@@ -660,7 +657,8 @@ func (s *Store) Drop(match func(*store.Hit) bool) int {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for _, c := range sh.m {
-			h := store.Hit{Domain: c.domain, Entries: c.entries, Shard: c.shard, Limit: c.limit, Cached: true}
+			h := c.identity()
+			h.Cached = true
 			if match(&h) {
 				s.remove(sh, c)
 				n++

@@ -62,6 +62,11 @@ func newCounter(h *store.Hit, key uint64) *counter {
 	}
 }
 
+// identity returns c's counter as a Hit of cost 0.
+func (c *counter) identity() store.Hit {
+	return store.Hit{Domain: c.domain, Entries: c.entries, Shard: c.shard, Limit: c.limit}
+}
+
 // touch records a hit at now for the demand estimate.
 func (c *counter) touch(h *store.Hit, now, interval int64) {
 	c.limit = h.Limit
@@ -202,10 +207,7 @@ func (c *counter) request(s *Store, need int64) store.LeaseRequest {
 	if c.limit.Kind != algorithm.TokenBucket {
 		lifetime = time.Duration(c.limit.Period) * time.Microsecond // the window ends it
 	}
-	return store.LeaseRequest{
-		Domain: c.domain, Entries: c.entries, Shard: c.shard, Limit: c.limit,
-		Want: want, Lifetime: lifetime,
-	}
+	return store.LeaseRequest{Counter: c.identity(), Want: want, Lifetime: lifetime}
 }
 
 // leftAt is what the counter held for everyone at the last answer, or

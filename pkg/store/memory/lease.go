@@ -19,14 +19,14 @@ func (s *Store) Reserve(_ context.Context, reqs []store.LeaseRequest, leases []a
 	}
 	for i := range reqs {
 		r := &reqs[i]
-		key := s.key(&store.Hit{Domain: r.Domain, Entries: r.Entries, Limit: r.Limit})
+		key := s.key(&r.Counter)
 		sh := &s.shards[key>>s.shift]
 		now := s.now()
 		sh.mu.Lock()
-		state, found := sh.load(r.Limit.Kind, key)
-		next, lease := algorithm.Reserve(r.Limit, state, now, r.Want, r.Lifetime.Microseconds())
+		state, found := sh.load(r.Counter.Limit.Kind, key)
+		next, lease := algorithm.Reserve(r.Counter.Limit, state, now, r.Want, r.Lifetime.Microseconds())
 		if lease.Hits > 0 {
-			sh.save(r.Limit, key, next, found, now, s.perShard)
+			sh.save(r.Counter.Limit, key, next, found, now, s.perShard)
 		}
 		sh.mu.Unlock()
 		leases[i] = lease
@@ -39,13 +39,13 @@ func (s *Store) Reserve(_ context.Context, reqs []store.LeaseRequest, leases []a
 func (s *Store) Return(_ context.Context, returns []store.LeaseReturn) error {
 	for i := range returns {
 		r := &returns[i]
-		key := s.key(&store.Hit{Domain: r.Domain, Entries: r.Entries, Limit: r.Limit})
+		key := s.key(&r.Counter)
 		sh := &s.shards[key>>s.shift]
 		now := s.now()
 		sh.mu.Lock()
-		state, found := sh.load(r.Limit.Kind, key)
+		state, found := sh.load(r.Counter.Limit.Kind, key)
 		if found {
-			sh.save(r.Limit, key, algorithm.Return(r.Limit, state, now, r.Lease, r.Unspent), found, now, s.perShard)
+			sh.save(r.Counter.Limit, key, algorithm.Return(r.Counter.Limit, state, now, r.Lease, r.Unspent), found, now, s.perShard)
 		}
 		sh.mu.Unlock()
 	}

@@ -92,8 +92,8 @@ func (s *Store) reserve(ctx context.Context, reqs []store.LeaseRequest, leases [
 	r.groups = r.groups[:0]
 	for i := range reqs {
 		q := &reqs[i]
-		g, key := r.leaseGroup(s, &store.Hit{Domain: q.Domain, Entries: q.Entries, Shard: q.Shard, Limit: q.Limit}, now)
-		g.addLease(key, i, &q.Limit, opReserve, q.Want, 0)
+		g, key := r.leaseGroup(s, &q.Counter, now)
+		g.addLease(key, i, &q.Counter.Limit, opReserve, q.Want, 0)
 	}
 	if err := s.lease(ctx, r, "reserving"); err != nil {
 		return 0, err
@@ -119,8 +119,8 @@ func grant(q *store.LeaseRequest, res []int64, at, start int64) algorithm.Lease 
 		return l
 	}
 	l.Window, l.Until = at, at+max(q.Lifetime.Microseconds(), 0)
-	if q.Limit.Kind != algorithm.TokenBucket {
-		p := q.Limit.Period
+	if q.Counter.Limit.Kind != algorithm.TokenBucket {
+		p := q.Counter.Limit.Period
 		l.Window = at - ((at%p)+p)%p // algorithm.windowStart
 		l.Until = min(l.Until, l.Window+p)
 	}
@@ -148,11 +148,11 @@ func (s *Store) giveBack(ctx context.Context, returns []store.LeaseReturn) (deci
 	for i := range returns {
 		q := &returns[i]
 		unspent := min(q.Unspent, q.Lease.Hits)
-		if unspent <= 0 || !q.Limit.Kind.Leasable() {
+		if unspent <= 0 || !q.Counter.Limit.Kind.Leasable() {
 			continue
 		}
-		g, key := r.leaseGroup(s, &store.Hit{Domain: q.Domain, Entries: q.Entries, Shard: q.Shard, Limit: q.Limit}, now)
-		g.addLease(key, i, &q.Limit, opReturn, unspent, q.Lease.Window)
+		g, key := r.leaseGroup(s, &q.Counter, now)
+		g.addLease(key, i, &q.Counter.Limit, opReturn, unspent, q.Lease.Window)
 	}
 	if len(r.groups) == 0 {
 		s.requests.Put(r)

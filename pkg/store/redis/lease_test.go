@@ -24,9 +24,9 @@ func TestLeaseLocalClock(t *testing.T) {
 	s := newStore(t, redis.Options{Client: d.client(t), KeyPrefix: "lc"})
 	ctx := context.Background()
 	req := store.LeaseRequest{
-		Domain: "d", Entries: []store.Entry{{Key: "k", Value: "v"}},
-		Limit: algorithm.Limit{Kind: algorithm.TokenBucket, Requests: 100, Period: 1_000_000},
-		Want:  10, Lifetime: 300 * time.Millisecond,
+		Counter: store.Hit{Domain: "d", Entries: []store.Entry{{Key: "k", Value: "v"}},
+			Limit: algorithm.Limit{Kind: algorithm.TokenBucket, Requests: 100, Period: 1_000_000}},
+		Want: 10, Lifetime: 300 * time.Millisecond,
 	}
 	before := algorithm.Micros(time.Now())
 	leases := make([]algorithm.Lease, 1)
@@ -43,11 +43,11 @@ func TestLeaseLocalClock(t *testing.T) {
 	}
 	// The window (the grant on the server's clock) still gives the hits
 	// back.
-	if err := s.Return(ctx, []store.LeaseReturn{{Domain: req.Domain, Entries: req.Entries, Limit: req.Limit, Lease: l, Unspent: 10}}); err != nil {
+	if err := s.Return(ctx, []store.LeaseReturn{{Counter: req.Counter, Lease: l, Unspent: 10}}); err != nil {
 		t.Fatal(err)
 	}
 	got := make([]algorithm.Verdict, 1)
-	if err := s.Apply(ctx, []store.Hit{{Domain: req.Domain, Entries: req.Entries, Limit: req.Limit}}, got); err != nil {
+	if err := s.Apply(ctx, []store.Hit{req.Counter}, got); err != nil {
 		t.Fatal(err)
 	}
 	if got[0].Remaining != 100 {
@@ -65,7 +65,7 @@ func TestReserveErrors(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	req := store.LeaseRequest{Domain: "d", Limit: algorithm.Limit{Kind: algorithm.FixedWindow, Requests: 5, Period: 1_000_000}, Want: 1}
+	req := store.LeaseRequest{Counter: store.Hit{Domain: "d", Limit: algorithm.Limit{Kind: algorithm.FixedWindow, Requests: 5, Period: 1_000_000}}, Want: 1}
 	if err := s.Reserve(context.Background(), []store.LeaseRequest{req}, make([]algorithm.Lease, 1)); !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("Reserve after Close: %v, want an error wrapping store.ErrUnavailable", err)
 	}
@@ -84,7 +84,7 @@ func BenchmarkReserveVsApply(b *testing.B) {
 	entries := []store.Entry{{Key: "k", Value: "bench"}}
 	hits := []store.Hit{{Domain: "apply", Entries: entries, Limit: l, Cost: 1}}
 	verdicts := make([]algorithm.Verdict, 1)
-	reqs := []store.LeaseRequest{{Domain: "reserve", Entries: entries, Limit: l, Want: 100, Lifetime: time.Second}}
+	reqs := []store.LeaseRequest{{Counter: store.Hit{Domain: "reserve", Entries: entries, Limit: l}, Want: 100, Lifetime: time.Second}}
 	leases := make([]algorithm.Lease, 1)
 	if err := s.Apply(ctx, hits, verdicts); err != nil {
 		b.Fatal(err)

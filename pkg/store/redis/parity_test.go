@@ -138,7 +138,7 @@ func runParity(t *testing.T, s *redis.Store, oneShard bool, steps int, advance f
 			reqs := make([]store.LeaseRequest, len(hits))
 			for i, h := range hits {
 				reqs[i] = store.LeaseRequest{
-					Domain: h.Domain, Entries: h.Entries, Shard: h.Shard, Limit: h.Limit,
+					Counter:  h,
 					Want:     rng.Int64N(max(h.Limit.Capacity(), 1)+3) - 1,
 					Lifetime: time.Duration(rng.Int64N(300)) * time.Millisecond,
 				}
@@ -159,7 +159,7 @@ func runParity(t *testing.T, s *redis.Store, oneShard bool, steps int, advance f
 						step, now, i, len(reqs), describeHit(hits[i]), reqs[i].Want, reqs[i].Lifetime, got[i], want[i])
 				}
 				if got[i].Hits > 0 {
-					granted = append(granted, store.LeaseReturn{Domain: reqs[i].Domain, Entries: reqs[i].Entries, Shard: reqs[i].Shard, Limit: reqs[i].Limit, Lease: got[i]})
+					granted = append(granted, store.LeaseReturn{Counter: reqs[i].Counter, Lease: got[i]})
 				}
 			}
 		case op < 4 && len(granted) > 0:
@@ -169,7 +169,7 @@ func runParity(t *testing.T, s *redis.Store, oneShard bool, steps int, advance f
 			for range 1 + rng.IntN(3) {
 				k := rng.IntN(len(granted))
 				r := granted[k]
-				if oneShard && r.Shard != granted[len(granted)-1].Shard {
+				if oneShard && r.Counter.Shard != granted[len(granted)-1].Counter.Shard {
 					continue
 				}
 				r.Unspent = rng.Int64N(r.Lease.Hits+2) - rng.Int64N(2)

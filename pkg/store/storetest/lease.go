@@ -37,19 +37,19 @@ func RunLeases(t *testing.T, newStore func(t *testing.T, clock *Clock) Leaser) {
 func RunLeaseVector(t *testing.T, s Leaser, clock *Clock, v algorithmtest.LeaseVector) {
 	t.Helper()
 	ctx := t.Context()
-	entries := []store.Entry{{Key: "key", Value: "k"}}
-	domain := "storetest/" + v.Name
+	counter := store.Hit{Domain: "storetest/" + v.Name, Entries: []store.Entry{{Key: "key", Value: "k"}}, Shard: "k", Limit: v.Limit}
 	leases := make([]algorithm.Lease, len(v.Steps))
 	for i, step := range v.Steps {
 		clock.Set(time.UnixMicro(v.Start).Add(step.At))
 		switch step.Op {
 		case algorithmtest.OpHit:
-			l := v.Limit
+			h := counter
+			h.Cost = step.Cost
 			if step.Always {
-				l.Charge = algorithm.ChargeAlways
+				h.Limit.Charge = algorithm.ChargeAlways
 			}
 			got := make([]algorithm.Verdict, 1)
-			if err := s.Apply(ctx, []store.Hit{{Domain: domain, Entries: entries, Shard: "k", Limit: l, Cost: step.Cost}}, got); err != nil {
+			if err := s.Apply(ctx, []store.Hit{h}, got); err != nil {
 				t.Fatalf("step %d at %v: Apply: %v", i, step.At, err)
 			}
 			if got[0] != step.Hit {
@@ -57,7 +57,7 @@ func RunLeaseVector(t *testing.T, s Leaser, clock *Clock, v algorithmtest.LeaseV
 			}
 		case algorithmtest.OpReserve:
 			got := make([]algorithm.Lease, 1)
-			req := store.LeaseRequest{Domain: domain, Entries: entries, Shard: "k", Limit: v.Limit, Want: step.Want, Lifetime: step.Lifetime}
+			req := store.LeaseRequest{Counter: counter, Want: step.Want, Lifetime: step.Lifetime}
 			if err := s.Reserve(ctx, []store.LeaseRequest{req}, got); err != nil {
 				t.Fatalf("step %d at %v: Reserve: %v", i, step.At, err)
 			}
@@ -71,7 +71,7 @@ func RunLeaseVector(t *testing.T, s Leaser, clock *Clock, v algorithmtest.LeaseV
 			}
 			leases[i] = got[0]
 		case algorithmtest.OpReturn:
-			ret := store.LeaseReturn{Domain: domain, Entries: entries, Shard: "k", Limit: v.Limit, Lease: leases[step.Of], Unspent: step.Unspent}
+			ret := store.LeaseReturn{Counter: counter, Lease: leases[step.Of], Unspent: step.Unspent}
 			if err := s.Return(ctx, []store.LeaseReturn{ret}); err != nil {
 				t.Fatalf("step %d at %v: Return: %v", i, step.At, err)
 			}
