@@ -110,44 +110,9 @@ func TestLeasesNeverExceedTheLimit(t *testing.T) {
 					admitted = append(admitted, now)
 				}
 			}
-			checkAdmitted(t, l, admitted, lifetime)
+			if breach := algorithmtest.Breach(l, admitted, lifetime); breach != "" {
+				t.Fatal(breach)
+			}
 		})
 	}
-}
-
-// checkAdmitted checks admission times against l's guarantee.
-func checkAdmitted(t *testing.T, l algorithm.Limit, admitted []int64, lifetime int64) {
-	t.Helper()
-	window := func(at int64) int64 { return at - at%l.Period }
-	count := map[int64]int64{}
-	for _, at := range admitted {
-		w := window(at)
-		count[w]++
-		switch l.Kind {
-		case algorithm.FixedWindow:
-			if count[w] > l.Requests {
-				t.Fatalf("%d hits admitted in the window at %d, limit %d", count[w], w, l.Requests)
-			}
-		case algorithm.SlidingWindowCounter:
-			elapsed := at - w
-			e := (count[w-l.Period]*(l.Period-elapsed)+l.Period-1)/l.Period + count[w]
-			if e > l.Requests {
-				t.Fatalf("estimate %d at %d, limit %d", e, at, l.Requests)
-			}
-		case algorithm.TokenBucket:
-		}
-	}
-	if l.Kind != algorithm.TokenBucket {
-		return
-	}
-	for i := range admitted {
-		for j := i; j < len(admitted); j++ {
-			d := admitted[j] - admitted[i]
-			most := l.Capacity() + (d+lifetime)*l.Requests/l.Period
-			if n := int64(j - i + 1); n > most {
-				t.Fatalf("%d hits admitted in %dµs, the strict bucket admits %d in %dµs", n, d, most, d+lifetime)
-			}
-		}
-	}
-	t.Logf("%d hits admitted", len(admitted))
 }

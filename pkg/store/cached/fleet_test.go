@@ -3,7 +3,6 @@ package cached_test
 import (
 	"context"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
+	"github.com/tollgatehq/tollgate/pkg/algorithm/algorithmtest"
 	"github.com/tollgatehq/tollgate/pkg/store"
 	"github.com/tollgatehq/tollgate/pkg/store/cached"
 	"github.com/tollgatehq/tollgate/pkg/store/memory"
@@ -163,45 +163,10 @@ func judge(t *testing.T, l algorithm.Limit, events []event) (admitted, falseReje
 		}
 	}
 	slices.Sort(times)
-	checkGuarantee(t, l, times)
-	return admitted, falseRejections
-}
-
-// checkGuarantee checks admission times (ascending) against l's
-// guarantee: a window's hits never exceed Requests, the sliding estimate
-// never does either, and a bucket admits no more than a strict bucket
-// with lifetime's refill added to its capacity.
-func checkGuarantee(t *testing.T, l algorithm.Limit, times []int64) {
-	t.Helper()
-	window := func(at int64) int64 { return at - at%l.Period }
-	count := map[int64]int64{}
-	tokens, last := float64(l.Capacity())+float64(lifetime.Microseconds())*float64(l.Requests)/float64(l.Period), int64(0)
-	capacity := tokens
-	for _, at := range times {
-		w := window(at)
-		count[w]++
-		switch l.Kind {
-		case algorithm.FixedWindow:
-			if count[w] > l.Requests {
-				t.Fatalf("%d hits admitted in the window at %d, limit %d", count[w], w, l.Requests)
-			}
-		case algorithm.SlidingWindowCounter:
-			elapsed := at - w
-			e := (count[w-l.Period]*(l.Period-elapsed)+l.Period-1)/l.Period + count[w]
-			if e > l.Requests {
-				t.Fatalf("estimate %d at %d, limit %d", e, at, l.Requests)
-			}
-		case algorithm.TokenBucket:
-			if last != 0 {
-				tokens = math.Min(capacity, tokens+float64(at-last)*float64(l.Requests)/float64(l.Period))
-			}
-			last = at
-			if tokens < 1-1e-9 {
-				t.Fatalf("bucket admitted beyond the strict bound at %d (%.3f tokens)", at, tokens)
-			}
-			tokens--
-		}
+	if breach := algorithmtest.Breach(l, times, lifetime.Microseconds()); breach != "" {
+		t.Fatal(breach)
 	}
+	return admitted, falseRejections
 }
 
 func TestFleetNeverExceedsTheLimit(t *testing.T) {

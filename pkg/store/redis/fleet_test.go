@@ -3,7 +3,6 @@ package redis_test
 import (
 	"context"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
+	"github.com/tollgatehq/tollgate/pkg/algorithm/algorithmtest"
 	"github.com/tollgatehq/tollgate/pkg/store"
 	"github.com/tollgatehq/tollgate/pkg/store/breaker"
 	"github.com/tollgatehq/tollgate/pkg/store/cached"
@@ -227,19 +227,15 @@ func judgeFleet(t *testing.T, name string, l algorithm.Limit, run fleetRun) {
 // instant, and returns the hits admitted, the false rejections (hits
 // rejected that the strict algorithm would have admitted after what the
 // fleet had admitted) and the admitted hits whose call straddled a window
-// boundary, and a description of the worst breach of the guarantee, if
-// any.
+// boundary, and a description of the first breach of the guarantee
+// (algorithmtest.Breach), if any.
 func judgeCounter(t *testing.T, l algorithm.Limit, events []fleetEvent, longest int64) (admitted, falses, straddling int, over string) {
 	t.Helper()
-	var worst int64 // the most above the limit
 	window := func(at int64) int64 { return at - at%l.Period }
-	count := map[int64]int64{}
-	slack := float64(fleetLifetime.Microseconds()+longest) * float64(l.Requests) / float64(l.Period)
-	capacity := float64(l.Capacity()) + slack
-	tokens, last := capacity, int64(0)
 	var sim algorithm.State
 	always := l
 	always.Charge = algorithm.ChargeAlways
+	var times []int64
 	for _, e := range events {
 		if !e.allowed {
 			if _, v := algorithm.Apply(l, sim, e.after, 1); v.Allowed {
@@ -249,33 +245,11 @@ func judgeCounter(t *testing.T, l algorithm.Limit, events []fleetEvent, longest 
 		}
 		admitted++
 		sim, _ = algorithm.Apply(always, sim, e.after, 1)
-		w := window(e.after)
-		if l.Kind != algorithm.TokenBucket && window(e.before) != w {
+		if l.Kind != algorithm.TokenBucket && window(e.before) != window(e.after) {
 			straddling++
 			continue
 		}
-		count[w]++
-		switch l.Kind {
-		case algorithm.FixedWindow:
-			if d := count[w] - l.Requests; d > worst {
-				worst, over = d, fmt.Sprintf("%d hits admitted in the window at %d, limit %d", count[w], w, l.Requests)
-			}
-		case algorithm.SlidingWindowCounter:
-			elapsed := e.after - w
-			est := (count[w-l.Period]*(l.Period-elapsed)+l.Period-1)/l.Period + count[w]
-			if d := est - l.Requests; d > worst {
-				worst, over = d, fmt.Sprintf("estimate %d at %d, limit %d", est, e.after, l.Requests)
-			}
-		case algorithm.TokenBucket:
-			if last != 0 {
-				tokens = math.Min(capacity, tokens+float64(e.after-last)*float64(l.Requests)/float64(l.Period))
-			}
-			last = e.after
-			if d := int64(math.Ceil(1 - 1e-9 - tokens)); d > worst {
-				worst, over = d, fmt.Sprintf("bucket admitted %d beyond the strict bound at %d", d, e.after)
-			}
-			tokens--
-		}
+		times = append(times, e.after)
 	}
-	return admitted, falses, straddling, over
+	return admitted, falses, straddling, algorithmtest.Breach(l, times, fleetLifetime.Microseconds()+longest)
 }
