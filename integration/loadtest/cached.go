@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -26,8 +27,11 @@ const cachedRules = rules + `  - key: cached_key
 // of the same run's floor.
 type cachedResult struct {
 	measurement
-	LocalShare   float64 `json:"local_share"`
-	OfFloor      float64 `json:"of_floor"`
+	LocalShare float64 `json:"local_share"`
+	OfFloor    float64 `json:"of_floor"`
+	// LocalCeiling is the most LocalShare could be at the scenario's rate
+	// (see localCeiling); 0 for scenarios without leases.
+	LocalCeiling float64 `json:"local_ceiling,omitempty"`
 	P99OfFloor   float64 `json:"p99_of_floor"`
 	DecisionPath string  `json:"decision_paths"`
 }
@@ -138,9 +142,66 @@ func runCached(cfg config, dir string) (map[string]cachedResult, error) {
 		}
 		slices.Sort(ps)
 		r.DecisionPath = strings.Join(ps, " ")
+		if strings.Contains(sc.name, "cached") {
+			r.LocalCeiling = localCeiling(m.RPS, sc.args)
+		}
 		report[sc.name] = r
 	}
 	return report, nil
+}
+
+// localCeiling returns the largest share of decisions that a lease could
+// decide without a round trip when requests arrive at rps with the key
+// distribution of args, against cachedRules' bucket (1000 a second, leases
+// living 500 ms, the default). Two kinds of hit need the shared counter
+// whatever the leasing policy: the first hit of a key after its lease's
+// lifetime (nothing was charged for it beforehand), and the admissions of a
+// key whose demand exceeds its limit (its bucket is empty, so each token
+// is charged when it is spent; reserving tokens ahead there is what made
+// other instances' hits falsely rejected). It replays 20 s of the same
+// generator that tollgate bench uses, evenly spaced.
+func localCeiling(rps float64, args []string) float64 {
+	const (
+		seconds  = 20
+		lifetime = 0.5
+		limit    = 1000
+	)
+	keys, zipf := uint64(0), false
+	for i := 0; i+1 < len(args); i++ {
+		switch args[i] {
+		case "--keys":
+			keys, _ = strconv.ParseUint(args[i+1], 10, 64)
+		case "--dist":
+			zipf = args[i+1] == "zipf"
+		}
+	}
+	n := int(rps * seconds)
+	if keys < 2 || n == 0 {
+		return 0
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	next := func() uint64 { return rng.Uint64N(keys) }
+	if zipf {
+		next = rand.NewZipf(rng, 1.1, 1, keys-1).Uint64
+	}
+	last := make(map[uint64]float64)
+	hits := make(map[uint64]float64)
+	cold := 0
+	for i := range n {
+		t, k := float64(i)/rps, next()
+		if at, ok := last[k]; !ok || t-at > lifetime {
+			cold++
+		}
+		last[k] = t
+		hits[k]++
+	}
+	saturated := 0.0
+	for _, h := range hits {
+		if h > limit*seconds {
+			saturated += limit * seconds
+		}
+	}
+	return 1 - (float64(cold)+saturated)/float64(n)
 }
 
 // cachedPaths scrapes the cached store's decisions by path, summed over
