@@ -27,7 +27,7 @@ func listen(t *testing.T, addr string) *listener {
 	t.Helper()
 	client := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1})
 	t.Cleanup(func() { _ = client.Close() })
-	bus, err := fleet.New(fleet.Options{Client: client, Channel: "test.fleet", Backoff: 10 * time.Millisecond})
+	bus, err := fleet.New(fleet.Options{Client: client, Channel: "test.fleet", Backoff: 10 * time.Millisecond, HealthCheck: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,8 @@ func (l *listener) received() []fleet.Event {
 // TestBus checks that an event reaches the other instance, not the one
 // that published it, with its counters intact, and that each
 // subscription, the first and one after Redis restarts, is followed by a
-// Resync event.
+// Resync event. A hung Redis, which keeps the connection open but answers
+// nothing, ends the subscription too.
 func TestBus(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	a, b := listen(t, srv.Addr), listen(t, srv.Addr)
@@ -86,4 +87,9 @@ func TestBus(t *testing.T) {
 	if got := b.received(); !got[2].Resync {
 		t.Fatalf("after the restart b received %+v, want a resync", got[2])
 	}
+
+	srv.Stop()
+	polltest.Eventually(t, 5*time.Second, func() bool { return !b.bus.Subscribed() }, "a hung Redis goes unnoticed")
+	srv.Continue()
+	polltest.Eventually(t, 10*time.Second, func() bool { return len(b.received()) == 4 }, "no resync after a hang: %+v", b.received())
 }
