@@ -237,3 +237,92 @@ func TestOverrideReturnsLeases(t *testing.T) {
 		t.Fatalf("after the override the cached store holds %d counters, want 1", n)
 	}
 }
+
+// resetRules limits each algorithm, strict and cached, to 3 per hour.
+const resetRules = `domain: r
+descriptors:
+  - {key: alg, value: token_bucket, rate_limit: {unit: hour, requests_per_unit: 3, algorithm: token_bucket}}
+  - {key: alg, value: fixed_window, rate_limit: {unit: hour, requests_per_unit: 3, algorithm: fixed_window}}
+  - {key: alg, value: sliding_window_counter, rate_limit: {unit: hour, requests_per_unit: 3, algorithm: sliding_window_counter}}
+  - {key: alg, value: sliding_window_log, rate_limit: {unit: hour, requests_per_unit: 3, algorithm: sliding_window_log}}
+  - {key: cached, value: token_bucket, rate_limit: {unit: hour, requests_per_unit: 3, algorithm: token_bucket, precision: cached}}
+  - {key: cached, value: fixed_window, rate_limit: {unit: hour, requests_per_unit: 3, algorithm: fixed_window, precision: cached}}
+  - {key: cached, value: sliding_window_counter, rate_limit: {unit: hour, requests_per_unit: 3, algorithm: sliding_window_counter, precision: cached}}
+`
+
+// TestResetThroughTheChain resets exhausted clients of every algorithm
+// through the whole Redis chain (cached store, over-limit cache, breaker,
+// Redis), standalone and Cluster: each is admitted again at once.
+func TestResetThroughTheChain(t *testing.T) {
+	deployments := []struct {
+		name  string
+		redis func(t *testing.T) (string, []string)
+	}{
+		{"standalone", func(t *testing.T) (string, []string) { return "single", []string{redistest.StartStandalone(t).Addr} }},
+		{"cluster", func(t *testing.T) (string, []string) { return "cluster", redistest.StartCluster(t).Addrs() }},
+	}
+	for _, d := range deployments {
+		t.Run(d.name, func(t *testing.T) {
+			redisType, addrs := d.redis(t)
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "r.yaml"), []byte(resetRules), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			a := startApp(t, dir, slog.New(slog.DiscardHandler), func(s *Settings) {
+				s.Store, s.RedisType, s.RedisAddrs = "redis", redisType, addrs
+				s.RedisTimeout, s.StoreTimeout = time.Second, 5*time.Second
+				s.OverLimitCacheBytes = 1 << 20
+			})
+			grpcAddr, _, _ := a.Addrs()
+			client, err := rlsclient.Dial(grpcAddr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer client.Close()
+			for _, key := range []string{"alg", "cached"} {
+				for _, alg := range []string{"token_bucket", "fixed_window", "sliding_window_counter", "sliding_window_log"} {
+					if key == "cached" && alg == "sliding_window_log" {
+						continue
+					}
+					entries := []descriptor.Entry{{Key: key, Value: alg}}
+					query := func() rlsv3.RateLimitResponse_Code {
+						t.Helper()
+						ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+						defer cancel()
+						resp, err := client.Query(ctx, rlsclient.Request{Domain: "r", Descriptors: [][]descriptor.Entry{entries}})
+						if err != nil {
+							t.Fatal(err)
+						}
+						return resp.OverallCode
+					}
+					for i := range 3 {
+						if code := query(); code != rlsv3.RateLimitResponse_OK {
+							t.Fatalf("%s=%s hit %d: %v", key, alg, i, code)
+						}
+					}
+					for range 2 { // the second from the over-limit cache
+						if code := query(); code != rlsv3.RateLimitResponse_OVER_LIMIT {
+							t.Fatalf("%s=%s over the limit: %v", key, alg, code)
+						}
+					}
+					got, err := a.limiter.Reset(context.Background(), &limiter.Request{Domain: "r", Descriptors: []limiter.Descriptor{{Entries: entries}}})
+					if err != nil || len(got) != 1 {
+						t.Fatalf("%s=%s: Reset = %+v, %v", key, alg, got, err)
+					}
+					for i := range 3 {
+						if code := query(); code != rlsv3.RateLimitResponse_OK {
+							t.Fatalf("%s=%s hit %d after the reset: %v", key, alg, i, code)
+						}
+					}
+					// Exactly the limit again: nothing left of the old
+					// counter. (So small a limit leases nothing: the cached
+					// store's own tests check that a cleared lease is not
+					// given back.)
+					if code := query(); code != rlsv3.RateLimitResponse_OVER_LIMIT {
+						t.Fatalf("%s=%s over the limit after the reset: %v", key, alg, code)
+					}
+				}
+			}
+		})
+	}
+}
