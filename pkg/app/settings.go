@@ -99,6 +99,14 @@ type Settings struct {
 
 	XDSSettings `mapstructure:",squash"`
 
+	// Overrides (issue 12, OVERRIDES): StateDir keeps the memory store's
+	// overrides across restarts ("" keeps them in the process only);
+	// MaxOverrideTTL bounds an override's expiry; OverrideRefresh is how
+	// often every override is read again from Redis.
+	StateDir        string        `mapstructure:"state-dir"`
+	MaxOverrideTTL  time.Duration `mapstructure:"max-override-ttl"`
+	OverrideRefresh time.Duration `mapstructure:"override-refresh-interval"`
+
 	// ratelimitEnv is what loadSettings took from envoyproxy/ratelimit's
 	// environment (ratelimitenv.go), for serve to log.
 	ratelimitEnv ratelimitEnvReport
@@ -173,6 +181,10 @@ func settingsFlags(fs *pflag.FlagSet) *pflag.FlagSet {
 	fs.Int("max-hits", limiter.DefaultMaxHits, "largest hits_addend, of a request or a descriptor (the default is Envoy's own cap)")
 	fs.Int("max-patterns", 1000, "most wildcard values of one key at one level of the configuration (allow and deny lists)")
 	xdsFlags(fs)
+	// Overrides (issue 12, OVERRIDES).
+	fs.String("state-dir", "", "memory store: directory of the state file that keeps live overrides across restarts (empty: kept in the process only)")
+	fs.Duration("max-override-ttl", 720*time.Hour, "longest time an override may be set for")
+	fs.Duration("override-refresh-interval", 10*time.Second, "redis: how often every override is read again, besides the changes pushed by pub/sub")
 	outer.AddFlagSet(fs)
 	return fs
 }
@@ -330,6 +342,13 @@ func (s Settings) validate() error {
 		if bound.n <= 0 {
 			errs = append(errs, fmt.Errorf("%s: must be positive, got %d", bound.name, bound.n))
 		}
+	}
+	// Overrides (issue 12, OVERRIDES).
+	if s.MaxOverrideTTL <= 0 {
+		errs = append(errs, fmt.Errorf("max-override-ttl: must be positive, got %v", s.MaxOverrideTTL))
+	}
+	if s.OverrideRefresh <= 0 {
+		errs = append(errs, fmt.Errorf("override-refresh-interval: must be positive, got %v", s.OverrideRefresh))
 	}
 	return errors.Join(errs...)
 }
