@@ -141,6 +141,10 @@ type Options struct {
 	// TracerProvider traces every decision and its store calls; nil means
 	// no spans at all, at no cost.
 	TracerProvider trace.TracerProvider
+	// OnReset is called by Reset with the counters it cleared, once the
+	// store has cleared them, so that other instances can be told; nil
+	// tells no one. The counters are the caller's to keep.
+	OnReset func(ctx context.Context, counters []store.Hit)
 }
 
 // Request is one rate-limit question: a domain and its descriptors.
@@ -263,6 +267,7 @@ type Limiter struct {
 	log           *slog.Logger
 	metrics       *metrics
 	tracer        trace.Tracer // nil: no spans
+	onReset       func(context.Context, []store.Hit)
 
 	// labels caches metric attribute sets for the current tree.
 	labels atomic.Pointer[labelCache]
@@ -331,8 +336,9 @@ func New(opts Options) (*Limiter, error) {
 			valueLen:    orDefault(opts.MaxValueLen, DefaultMaxValueLen),
 			hits:        orDefault(opts.MaxHits, DefaultMaxHits),
 		},
-		now: opts.Now,
-		log: opts.Logger,
+		now:     opts.Now,
+		log:     opts.Logger,
+		onReset: opts.OnReset,
 	}
 	if l.margin == 0 {
 		l.margin = DefaultDeadlineMargin

@@ -305,3 +305,19 @@ func fromGobreaker(st gobreaker.State) State {
 	}
 	return Closed
 }
+
+// clearer is a store that can forget counters (see package store).
+type clearer interface {
+	Clear(ctx context.Context, counters []store.Hit) error
+}
+
+// Clear passes the call to the store unless the breaker is open; it counts
+// as a call like Apply. It returns store.ErrCannotClear when the store
+// cannot clear counters.
+func (s *Store) Clear(ctx context.Context, counters []store.Hit) error {
+	c, ok := s.next.(clearer)
+	if !ok {
+		return store.ErrCannotClear
+	}
+	return s.call(ctx, func() error { return c.Clear(ctx, counters) })
+}

@@ -508,7 +508,7 @@ func (s *Store) wake() {
 
 // queueReturn queues the return of unspent hits of lease on c.
 func (s *Store) queueReturn(c *counter, lease algorithm.Lease, unspent int64) {
-	if unspent <= 0 {
+	if unspent <= 0 || c.cleared {
 		return
 	}
 	s.mu.Lock()
@@ -673,6 +673,47 @@ func (s *Store) Drop(match func(*store.Hit) bool) int {
 // Reset ends every lease and forgets every counter, as Drop does.
 func (s *Store) Reset() int {
 	return s.Drop(func(*store.Hit) bool { return true })
+}
+
+// clearer is a store that can forget counters (see package store).
+type clearer interface {
+	Clear(ctx context.Context, counters []store.Hit) error
+}
+
+// Clear forgets the counters here without giving their leases back (the
+// shared counters are cleared, so the leased hits are no longer charged
+// anywhere), then passes the call to the inner store, or returns
+// store.ErrCannotClear when it cannot clear. The Leaser must count on the
+// same counters as the inner store. A reservation in flight for a cleared
+// counter is not given back either: if Redis charged it before the clear
+// it is gone, and if after, it stays charged until its window ends (a
+// false rejection, never overage).
+func (s *Store) Clear(ctx context.Context, counters []store.Hit) error {
+	c, ok := s.inner.(clearer)
+	if !ok {
+		return store.ErrCannotClear
+	}
+	s.Forget(counters)
+	err := c.Clear(ctx, counters)
+	// Again: a hit decided meanwhile may have leased under the old count.
+	s.Forget(counters)
+	return err
+}
+
+// Forget forgets the counters here without giving their leases back, as
+// Clear does, without clearing them in the inner store: what another
+// instance's reset asks of this one.
+func (s *Store) Forget(counters []store.Hit) {
+	for i := range counters {
+		key := s.key(&counters[i])
+		sh := &s.shards[key%shardCount]
+		sh.mu.Lock()
+		if c := sh.m[key]; c != nil {
+			c.cleared = true
+			s.remove(sh, c)
+		}
+		sh.mu.Unlock()
+	}
 }
 
 // ErrClosed is returned by a second Close.

@@ -36,6 +36,10 @@ type counter struct {
 	renewing chan struct{}
 	queued   bool
 	gone     bool
+	// cleared marks a counter forgotten because the shared counter was
+	// cleared: what it held is never given back, to a counter that no
+	// longer holds its charge.
+	cleared bool
 
 	// used is the last hit's time; rateAt starts the current demand
 	// interval, whose hits are rateCur, after ratePrev in the previous.

@@ -340,3 +340,17 @@ func hashIdentity(seed maphash.Seed, b []byte) uint64 {
 	}
 	return 1 // 0 marks an empty slot of a bucketTable
 }
+
+// Clear deletes the counters of hits (see store.Clear in package store's
+// documentation). It never fails.
+func (s *Store) Clear(_ context.Context, counters []store.Hit) error {
+	for i := range counters {
+		h := &counters[i]
+		key := s.key(h)
+		sh := &s.shards[key>>s.shift]
+		sh.mu.Lock()
+		sh.delete(h.Limit.Kind, key)
+		sh.mu.Unlock()
+	}
+	return nil
+}

@@ -69,6 +69,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -384,4 +385,96 @@ func (sh *shard) evict(now, need int64) {
 		}
 		sh.remove(k)
 	}
+}
+
+// clearer is a store that can forget counters (see package store).
+type clearer interface {
+	Clear(ctx context.Context, counters []store.Hit) error
+}
+
+// Clear forgets the counters' entries, then passes the call to the store
+// it wraps, or returns store.ErrCannotClear when that store cannot clear.
+// The entries are forgotten first and again after the store has cleared,
+// so that a batch answered meanwhile cannot leave one behind.
+func (s *Store) Clear(ctx context.Context, counters []store.Hit) error {
+	c, ok := s.next.(clearer)
+	if !ok {
+		return store.ErrCannotClear
+	}
+	s.Forget(counters)
+	err := c.Clear(ctx, counters)
+	s.Forget(counters)
+	return err
+}
+
+// Forget drops the entries of the counters, so that their next hits go to
+// the store. It is what another instance's reset or a changed limit asks
+// of this one.
+func (s *Store) Forget(counters []store.Hit) {
+	var scratch [512]byte
+	for i := range counters {
+		s.drop(appendKey(scratch[:0], &counters[i]))
+	}
+}
+
+// Drop forgets the entries whose counters match reports true for, and
+// returns how many; match gets each counter's domain and entries. It is
+// for changes that name counters by a prefix of their entries, such as an
+// override.
+func (s *Store) Drop(match func(domain string, entries []store.Entry) bool) int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k := range sh.entries {
+			domain, entries, ok := parseKey(k)
+			if ok && match(domain, entries) {
+				sh.remove(k)
+				n++
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// parseKey recovers the domain and entries from a key appendKey built.
+func parseKey(k string) (domain string, entries []store.Entry, ok bool) {
+	// kind \0 period \0 then length-prefixed fields: domain, shard, then
+	// key and value of every entry.
+	for range 2 {
+		i := strings.IndexByte(k, 0)
+		if i < 0 {
+			return "", nil, false
+		}
+		k = k[i+1:]
+	}
+	field := func() (string, bool) {
+		i := strings.IndexByte(k, ':')
+		if i < 0 {
+			return "", false
+		}
+		n, err := strconv.Atoi(k[:i])
+		if err != nil || n < 0 || n > len(k)-i-1 {
+			return "", false
+		}
+		f := k[i+1 : i+1+n]
+		k = k[i+1+n:]
+		return f, true
+	}
+	if domain, ok = field(); !ok {
+		return "", nil, false
+	}
+	if _, ok = field(); !ok { // the shard
+		return "", nil, false
+	}
+	for k != "" {
+		key, ok1 := field()
+		value, ok2 := field()
+		if !ok1 || !ok2 {
+			return "", nil, false
+		}
+		entries = append(entries, store.Entry{Key: key, Value: value})
+	}
+	return domain, entries, true
 }

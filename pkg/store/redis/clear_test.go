@@ -1,0 +1,50 @@
+package redis_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/tollgatehq/tollgate/pkg/algorithm"
+	"github.com/tollgatehq/tollgate/pkg/store"
+	"github.com/tollgatehq/tollgate/pkg/store/redis"
+)
+
+// TestClear checks that Clear deletes the key of a counter of every
+// algorithm, on a standalone server and on a cluster (with counters in
+// several slots in one call), so that an exhausted client is admitted
+// again at once.
+func TestClear(t *testing.T) {
+	kinds := []algorithm.Kind{algorithm.TokenBucket, algorithm.FixedWindow, algorithm.SlidingWindowCounter, algorithm.SlidingWindowLog}
+	for _, start := range []func(testing.TB) deployment{standalone, cluster} {
+		d := start(t)
+		t.Run(d.name, func(t *testing.T) {
+			client := d.client(t)
+			s := newStore(t, redis.Options{Client: client, KeyPrefix: "c"})
+			var hits []store.Hit
+			for i, kind := range kinds {
+				hits = append(hits, hit(fmt.Sprintf("client%d", i), limit(kind, 2, time.Hour), 1))
+			}
+			for _, h := range hits {
+				for i, want := range []bool{true, true, false} {
+					if v := apply(t, s, h); v[0].Allowed != want {
+						t.Fatalf("%v hit %d: %+v, want admitted %v", h.Limit.Kind, i, v[0], want)
+					}
+				}
+			}
+			if err := s.Clear(context.Background(), hits); err != nil {
+				t.Fatalf("Clear: %v", err)
+			}
+			for _, h := range hits {
+				key, _ := redis.Key("c", &h)
+				if n, err := client.Exists(context.Background(), key).Result(); err != nil || n != 0 {
+					t.Errorf("%v: key %s exists: %d, %v", h.Limit.Kind, key, n, err)
+				}
+				if v := apply(t, s, h); !v[0].Allowed || v[0].Remaining != 1 {
+					t.Errorf("%v after Clear: %+v, want admitted with 1 left", h.Limit.Kind, v[0])
+				}
+			}
+		})
+	}
+}
