@@ -24,7 +24,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/tollgatehq/tollgate/pkg/admin"
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
+	"github.com/tollgatehq/tollgate/pkg/audit"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/httpapi"
 	"github.com/tollgatehq/tollgate/pkg/limiter"
@@ -74,6 +76,14 @@ type App struct {
 	// changes nothing with the memory store.
 	cachedNoted atomic.Bool
 
+	// audit records admin changes and reloads; auditedTree is the tree
+	// the audit last saw, which only treeChanged touches after build.
+	audit       *audit.Log
+	auditedTree *descriptor.Tree
+	// tokens authenticate the admin API; it is off unless they are
+	// Enabled.
+	tokens *admin.Tokens
+
 	grpcLis, httpLis, debugLis net.Listener
 	// closers release the store's resources after the servers stop, last
 	// acquired first.
@@ -107,6 +117,12 @@ func (a *App) build(ctx context.Context) error {
 	if a.telemetry, err = telemetry.Setup(ctx, topts); err != nil {
 		return fmt.Errorf("setting up telemetry: %w", err)
 	}
+	if a.audit, err = a.newAudit(); err != nil {
+		return err
+	}
+	if a.tokens, err = a.newTokens(); err != nil {
+		return err
+	}
 	meters := a.telemetry.MeterProvider()
 	var tracer trace.TracerProvider // nil while tracing is off: no spans, no cost
 	if a.telemetry.Tracing() {
@@ -122,6 +138,7 @@ func (a *App) build(ctx context.Context) error {
 		return err
 	}
 
+	a.auditedTree = a.reloader.Current()
 	st, err := a.newStore(meters)
 	if err != nil {
 		return err
@@ -314,6 +331,7 @@ func (a *App) newStore(meters metric.MeterProvider) (store.Store, error) {
 // after the Reset; such a lease is at most 1/64 of what was left and ends
 // with its window or lifetime.
 func (a *App) treeChanged(tree *descriptor.Tree) {
+	a.auditReload(tree)
 	if a.cached != nil {
 		if n := a.cached.Reset(); n > 0 {
 			a.logger.Info("descriptor configuration changed: cached counters forgotten, their leases returned", "counters", n)
@@ -410,7 +428,7 @@ func (a *App) Run(ctx context.Context) error {
 	defer cancel()
 
 	var wg sync.WaitGroup
-	errs := make(chan error, 4)
+	errs := make(chan error, 5)
 	serve := func(name string, fn func() error) {
 		wg.Go(func() {
 			if err := fn(); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, grpc.ErrServerStopped) {
@@ -433,6 +451,12 @@ func (a *App) Run(ctx context.Context) error {
 	if a.xds != nil {
 		wg.Go(func() { _ = a.xds.Run(ctx) }) // returns when ctx ends
 	}
+	wg.Go(func() {
+		if err := a.tokens.Run(ctx); err != nil {
+			errs <- err
+			cancel()
+		}
+	})
 	wg.Go(func() { a.forwardSIGHUP(ctx) })
 	if a.breaker != nil {
 		wg.Go(func() { a.probeStore(ctx) })
