@@ -216,3 +216,52 @@ func (g *glob) match(s string) bool {
 	}
 	return true
 }
+
+// Counts reports whether a descriptor that begins with prefix can resolve
+// to a rule with limits: whether the node prefix resolves to (matched
+// entry by entry as Match does) or a node below it has a rule with limits.
+// Overrides are validated with it; it walks the tree, so it is not for
+// requests.
+func (d *Domain) Counts(prefix []Entry) bool {
+	if d == nil || len(prefix) == 0 {
+		return false
+	}
+	lv := d.root
+	var n *node
+	for i := range prefix {
+		if lv == nil {
+			return false
+		}
+		if n, _ = lv.lookup(&prefix[i]); n == nil {
+			return false
+		}
+		lv = n.children
+	}
+	return n.counts()
+}
+
+// counts reports whether n or a node below it has a rule with limits.
+func (n *node) counts() bool {
+	if n.rule != nil && len(n.rule.Limits) > 0 {
+		return true
+	}
+	if n.children == nil {
+		return false
+	}
+	for _, g := range n.children.groups {
+		for _, c := range g.exact {
+			if c.counts() {
+				return true
+			}
+		}
+		for _, c := range g.wild {
+			if c.counts() {
+				return true
+			}
+		}
+		if g.deflt != nil && g.deflt.counts() {
+			return true
+		}
+	}
+	return false
+}

@@ -46,6 +46,43 @@
 //   - unlimited: OK with Remaining Unlimited, not counted;
 //   - otherwise one store hit per limit of the rule.
 //
+// # Operators' overrides
+//
+// Options.Overrides gives the live overrides an operator set through the
+// admin API (package override). For a counted descriptor, the override
+// of its domain whose entries are the longest prefix of the descriptor's
+// (exact keys and values; of equally long ones the newest) replaces the
+// limits the descriptor would be counted against, until its ExpiresAt on
+// the Options.Now clock:
+//
+//   - an absolute override counts one limit, its requests_per_unit per
+//     unit, with the algorithm, burst, charge and precision of the first
+//     limit it replaces;
+//   - a multiplier multiplies the requests_per_unit and burst of every
+//     limit, rounded down, requests_per_unit at least 1.
+//
+// Each limit it sets is named "override:<id>", so Envoy's
+// current_limit.name says an override decided; Status.Rule stays the rule.
+// It changes limits, not counters: a counter is named by its domain,
+// entries, algorithm and period, so raising a limit mid-window admits the
+// difference and lowering it rejects at once (an absolute limit of
+// another unit counts in a counter of its own). It applies on top of an
+// Envoy limit override, to the limit Envoy's override set: the operator
+// has the last word. It does not apply to descriptors that are not
+// counted (no rule, unlimited, allow and deny lists). A multiplied limit
+// is replaced by the name of the rule's own limit; an absolute one, like
+// an Envoy override, neither replaces nor is replaced. Metrics name an
+// overridden descriptor's limit "(override)".
+//
+// With no overrides the cost is one atomic load per request.
+//
+// # Reset
+//
+// Reset resolves a request as Check does and clears, through the store's
+// Clear (see package store), the counter of every limit Check would count,
+// and under an operator's absolute override the rule's own counters too.
+// Options.OnReset then hears of them, for the other instances.
+//
 // All hits of a request go to the store in one Apply call, so a request is
 // all or nothing: when one hit that is not soft is rejected, nothing is
 // charged, except the always-charged hits (see Charge). A descriptor with

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
+	"github.com/tollgatehq/tollgate/pkg/override"
 	"github.com/tollgatehq/tollgate/pkg/store"
 )
 
@@ -80,6 +81,10 @@ type Options struct {
 	// Tree returns the current descriptor tree snapshot. It is called once
 	// per request; a nil tree makes every domain unknown.
 	Tree func() *descriptor.Tree
+	// Overrides returns the current snapshot of the operators' live
+	// overrides (override.Registry.Current), called once per request of a
+	// known domain; nil, or a nil snapshot, means none.
+	Overrides func() *override.Set
 	// HeaderStyle chooses the rate-limit headers added to every answer. The
 	// zero value, HeadersNone, adds none; Retry-After and the policy markers
 	// are added whatever the style.
@@ -252,6 +257,7 @@ type Response struct {
 type Limiter struct {
 	store         store.Store
 	tree          func() *descriptor.Tree
+	overrides     func() *override.Set // nil: none
 	style         HeaderStyle
 	shadow        bool
 	defaultAlgo   algorithm.Kind
@@ -320,6 +326,7 @@ func New(opts Options) (*Limiter, error) {
 	l := &Limiter{
 		store:         opts.Store,
 		tree:          opts.Tree,
+		overrides:     opts.Overrides,
 		style:         opts.HeaderStyle,
 		shadow:        opts.ShadowMode,
 		defaultAlgo:   opts.DefaultAlgorithm,
@@ -394,6 +401,8 @@ type descState struct {
 	charged  bool               // some hit is charged always
 	limits   []descriptor.Limit // the rule's limits, or the one override
 	override bool
+	// admin is the operator's override that replaced limits, or nil.
+	admin    *override.Live
 	shadow   bool
 	quota    bool
 	firstHit int // index of the descriptor's first hit
@@ -495,7 +504,11 @@ func (l *Limiter) CheckInto(ctx context.Context, req *Request, resp *Response) (
 		l.pool.Put(s)
 	}()
 
-	l.resolve(s, dom, req, marked)
+	var set *override.Set
+	if l.overrides != nil {
+		set = l.overrides()
+	}
+	l.resolve(s, dom, req, marked, set, start)
 	l.buildHits(s, dom, req)
 
 	var storeErr error
@@ -608,8 +621,10 @@ func (l *Limiter) CheckInto(ctx context.Context, req *Request, resp *Response) (
 }
 
 // resolve matches every descriptor of req to its rule and fills s.descs.
-// marked says whether any descriptor carries a ChargeKey entry.
-func (l *Limiter) resolve(s *scratch, dom *descriptor.Domain, req *Request, marked bool) {
+// marked says whether any descriptor carries a ChargeKey entry. The
+// overrides of set that apply at now replace the limits of counted
+// descriptors.
+func (l *Limiter) resolve(s *scratch, dom *descriptor.Domain, req *Request, marked bool, set *override.Set, now time.Time) {
 	s.descs = grow(s.descs, len(req.Descriptors))
 	if marked {
 		// Room for every entry at once, so that the slices of s.plain
@@ -681,6 +696,17 @@ func (l *Limiter) resolve(s *scratch, dom *descriptor.Domain, req *Request, mark
 			st.shadow = l.shadow || rule.ShadowMode
 			st.quota = rule.QuotaMode
 		}
+		if set != nil && st.kind == kindCounted {
+			if lv := set.Match(req.Domain, entries, now); lv != nil {
+				// An Envoy override's limits are its own: nothing to cache
+				// them by.
+				by := rule
+				if st.override {
+					by = nil
+				}
+				st.limits, st.admin = lv.Limits(by, st.limits), lv
+			}
+		}
 	}
 }
 
@@ -729,6 +755,19 @@ func (s *scratch) replaced(rule *descriptor.Rule, lim *descriptor.Limit) bool {
 		}
 	}
 	return false
+}
+
+// replacedAt reports whether st's limit j is replaced (see replaced): by
+// the name of the rule's own limit j when an operator's multiplier renamed
+// it; an operator's absolute limit, like an Envoy override, never is.
+func (s *scratch) replacedAt(st *descState, j int) bool {
+	switch {
+	case st.admin == nil:
+		return s.replaced(st.rule, &st.limits[j])
+	case st.admin.Limit != nil:
+		return false
+	}
+	return s.replaced(st.rule, &st.rule.Limits[j])
 }
 
 // buildHits appends one hit per applicable limit of every counted
@@ -792,7 +831,7 @@ func (l *Limiter) buildHits(s *scratch, dom *descriptor.Domain, req *Request) {
 		st.firstHit = len(s.hits)
 		for j := range st.limits {
 			lim := &st.limits[j]
-			if anyReplaces && !st.override && s.replaced(st.rule, lim) {
+			if anyReplaces && !st.override && s.replacedAt(st, j) {
 				continue
 			}
 			s.hits = append(s.hits, store.Hit{

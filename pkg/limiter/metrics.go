@@ -169,7 +169,7 @@ func (c *labelCache) set(domain string, dom *descriptor.Domain, st *descState, l
 	var key any
 	var rule, name string
 	switch {
-	case st.override && st.rule != nil:
+	case (st.override || st.admin != nil) && st.rule != nil:
 		key, rule, name = overrideRuleKey{st.rule}, st.rule.Path, overrideLimit
 	case st.override:
 		key, name = overrideDomainKey{dom}, overrideLimit

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
+	"github.com/tollgatehq/tollgate/pkg/override"
 	"github.com/tollgatehq/tollgate/pkg/store"
 )
 
@@ -65,26 +66,20 @@ func (l *Limiter) Reset(ctx context.Context, req *Request) ([]ResetCounter, erro
 		s.reset()
 		l.pool.Put(s)
 	}()
-	l.resolve(s, dom, req, marked)
+	var set *override.Set
+	if l.overrides != nil {
+		set = l.overrides()
+	}
+	l.resolve(s, dom, req, marked, set, l.now())
 	l.buildHits(s, dom, req)
-
-	var out []ResetCounter
-	counters := make([]store.Hit, 0, len(s.hits))
-	for i := range s.descs {
-		st := &s.descs[i]
-		if st.kind != kindCounted {
-			continue
-		}
-		for h := st.firstHit; h < st.firstHit+st.nHits; h++ {
-			hit := s.hits[h]
-			if slices.ContainsFunc(counters, func(o store.Hit) bool { return sameCounter(&o, &hit) }) {
-				continue
-			}
-			hit.Entries = slices.Clone(hit.Entries) // s.entries is reused
-			hit.Cost = 0
-			counters = append(counters, hit)
-			out = append(out, ResetCounter{Descriptor: i, Rule: st.rule, Limit: s.limits[h]})
-		}
+	out, counters := s.counters(nil, nil)
+	if slices.ContainsFunc(s.descs, func(st descState) bool { return st.admin != nil }) {
+		// An operator's absolute limit may count in another period than
+		// the rule's own limits: clear those too, for when it ends.
+		s.reset()
+		l.resolve(s, dom, req, marked, nil, time.Time{})
+		l.buildHits(s, dom, req)
+		out, counters = s.counters(out, counters)
 	}
 	if len(counters) == 0 {
 		return nil, nil
@@ -108,6 +103,28 @@ func (l *Limiter) Reset(ctx context.Context, req *Request) ([]ResetCounter, erro
 		l.onReset(ctx, counters)
 	}
 	return out, nil
+}
+
+// counters appends to out and counters each counter of s.hits that they
+// do not hold yet, with a copy of its entries and cost 0.
+func (s *scratch) counters(out []ResetCounter, counters []store.Hit) ([]ResetCounter, []store.Hit) {
+	for i := range s.descs {
+		st := &s.descs[i]
+		if st.kind != kindCounted {
+			continue
+		}
+		for h := st.firstHit; h < st.firstHit+st.nHits; h++ {
+			hit := s.hits[h]
+			if slices.ContainsFunc(counters, func(o store.Hit) bool { return sameCounter(&o, &hit) }) {
+				continue
+			}
+			hit.Entries = slices.Clone(hit.Entries) // s.entries is reused
+			hit.Cost = 0
+			counters = append(counters, hit)
+			out = append(out, ResetCounter{Descriptor: i, Rule: st.rule, Limit: s.limits[h]})
+		}
+	}
+	return out, counters
 }
 
 // sameCounter reports whether a and b count against the same counter.
