@@ -38,7 +38,6 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/pkg/audit"
-	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/httpapi"
 	"github.com/tollgatehq/tollgate/pkg/limiter"
 	"github.com/tollgatehq/tollgate/pkg/override"
@@ -207,7 +206,7 @@ func (h *Handler) createOverride(w http.ResponseWriter, r *http.Request, actor s
 		httpapi.WriteError(w, http.StatusBadRequest, "expires_in and expires_at: give one, not both")
 		return
 	case in.ExpiresAt != nil:
-		o.ExpiresAt = *in.ExpiresAt
+		o.ExpiresAt = in.ExpiresAt.UTC()
 	default:
 		d, err := time.ParseDuration(*in.ExpiresIn)
 		if err != nil {
@@ -259,7 +258,7 @@ func (h *Handler) getOverride(w http.ResponseWriter, r *http.Request, _ string) 
 }
 
 func (h *Handler) deleteOverride(w http.ResponseWriter, r *http.Request, actor string) {
-	o, err := h.opts.Overrides.Delete(r.Context(), r.PathValue("id"))
+	o, err := h.opts.Overrides.Delete(override.WithActor(r.Context(), actor), r.PathValue("id"))
 	if err != nil {
 		h.fail(w, "deleting an override", err)
 		return
@@ -301,8 +300,8 @@ type resetResponse struct {
 // resetCounter is one counter a reset cleared.
 type resetCounter struct {
 	// Descriptor is the index of the request's descriptor.
-	Descriptor int                `json:"descriptor"`
-	Entries    []descriptor.Entry `json:"entries"`
+	Descriptor int     `json:"descriptor"`
+	Entries    []entry `json:"entries"`
 	// Rule is the path of the rule the descriptor resolved to, or "" for
 	// a counter no rule of the configuration holds.
 	Rule  string         `json:"rule,omitempty"`
@@ -324,7 +323,9 @@ func (h *Handler) reset(w http.ResponseWriter, r *http.Request, actor string) {
 	for i, c := range counters {
 		out.Reset[i] = resetCounter{Descriptor: c.Descriptor, Limit: httpapi.LimitJSON(c.Limit)}
 		if c.Descriptor >= 0 && c.Descriptor < len(req.Descriptors) {
-			out.Reset[i].Entries = req.Descriptors[c.Descriptor].Entries
+			for _, e := range req.Descriptors[c.Descriptor].Entries {
+				out.Reset[i].Entries = append(out.Reset[i].Entries, entry(e))
+			}
 		}
 		if c.Rule != nil {
 			out.Reset[i].Rule = c.Rule.Path
@@ -334,6 +335,12 @@ func (h *Handler) reset(w http.ResponseWriter, r *http.Request, actor string) {
 		Actor: actor, Action: audit.ActionReset, Target: req.Domain, After: out, Reason: r.URL.Query().Get("reason"),
 	})
 	httpapi.WriteJSON(w, http.StatusOK, out)
+}
+
+// entry is a descriptor entry as the API writes it.
+type entry struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
 }
 
 // auditResponse is the answer of GET /v1/audit.
