@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
@@ -28,8 +29,10 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
 	"github.com/tollgatehq/tollgate/pkg/audit"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
+	"github.com/tollgatehq/tollgate/pkg/fleet"
 	"github.com/tollgatehq/tollgate/pkg/httpapi"
 	"github.com/tollgatehq/tollgate/pkg/limiter"
+	"github.com/tollgatehq/tollgate/pkg/override"
 	"github.com/tollgatehq/tollgate/pkg/reload"
 	"github.com/tollgatehq/tollgate/pkg/rls"
 	"github.com/tollgatehq/tollgate/pkg/store"
@@ -59,11 +62,13 @@ type App struct {
 	telemetry *telemetry.Telemetry
 	reloader  *reload.Reloader
 	// xds feeds reloader with --config-type xds; nil with files.
-	xds   *xds.Client
-	rls   *rls.Server
-	grpc  *grpc.Server
-	http  *http.Server
-	debug *http.Server
+	xds *xds.Client
+	rls *rls.Server
+	// limiter decides, and resets counters (Limiter.Reset).
+	limiter *limiter.Limiter
+	grpc    *grpc.Server
+	http    *http.Server
+	debug   *http.Server
 
 	// breaker guards the Redis store; nil with the memory store.
 	breaker *breaker.Store
@@ -75,6 +80,17 @@ type App struct {
 	// cachedNoted is set once the log has said that precision cached
 	// changes nothing with the memory store.
 	cachedNoted atomic.Bool
+	// overlimit is the over-limit cache in the Redis chain; nil without.
+	overlimit *overlimit.Store
+	// redisClient reaches the Redis store's servers; nil with the memory
+	// store.
+	redisClient goredis.UniversalClient
+
+	// overrides keeps the operators' live overrides (overrides.go).
+	overrides *override.Registry
+	// fleet tells the other instances of override changes and resets;
+	// nil with the memory store.
+	fleet *fleet.Bus
 
 	// audit records admin changes and reloads; auditedTree is the tree
 	// the audit last saw, which only treeChanged touches after build.
@@ -144,10 +160,15 @@ func (a *App) build(ctx context.Context) error {
 		return err
 	}
 	a.noteCachedOnMemory(a.reloader.Current())
+	if err := a.newOverrides(ctx, meters); err != nil {
+		return err
+	}
 
 	opts := limiter.Options{
 		Store:              st,
 		Tree:               a.reloader.Current,
+		Overrides:          a.overrides.Current,
+		OnReset:            a.publishReset,
 		HeaderStyle:        style,
 		ShadowMode:         s.ShadowMode,
 		DefaultAlgorithm:   treeOpts.DefaultAlgorithm,
@@ -172,6 +193,7 @@ func (a *App) build(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	a.limiter = lim
 
 	a.rls = rls.New(rls.Options{
 		Limiter: lim, Logger: a.logger, TracerProvider: tracer,
@@ -260,6 +282,7 @@ func (a *App) newStore(meters metric.MeterProvider) (store.Store, error) {
 			return nil, fmt.Errorf("creating the redis client: %w", err)
 		}
 		a.closers = append(a.closers, client.Close)
+		a.redisClient = client
 		st, err := redis.New(redis.Options{
 			Client:        client,
 			KeyPrefix:     s.RedisKeyPrefix,
@@ -289,9 +312,10 @@ func (a *App) newStore(meters metric.MeterProvider) (store.Store, error) {
 		if s.OverLimitCacheBytes != 0 {
 			// Above the breaker, so that counters known to be over their
 			// limit are still answered while Redis is away.
-			if chain, err = overlimit.New(a.breaker, overlimit.Options{MaxBytes: s.OverLimitCacheBytes, MeterProvider: meters}); err != nil {
+			if a.overlimit, err = overlimit.New(a.breaker, overlimit.Options{MaxBytes: s.OverLimitCacheBytes, MeterProvider: meters}); err != nil {
 				return nil, err
 			}
+			chain = a.overlimit
 		}
 		// In front of everything: hits of strict limits pass through to
 		// the chain, while leases bypass the over-limit cache (the cached
@@ -402,6 +426,7 @@ func (a *App) debugHandler() http.Handler {
 			fmt.Fprintf(w, "# last reload failed, previous configuration kept:\n# %v\n", st.LastError)
 		}
 		_, _ = io.WriteString(w, a.reloader.Current().String())
+		a.writeOverrides(w)
 	})
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -461,6 +486,7 @@ func (a *App) Run(ctx context.Context) error {
 	if a.breaker != nil {
 		wg.Go(func() { a.probeStore(ctx) })
 	}
+	a.runOverrides(ctx, &wg)
 
 	grpcAddr, httpAddr, debugAddr := a.Addrs()
 	a.logger.Info("tollgate serving", "version", a.buildInfo.Version, "grpc", grpcAddr, "http", httpAddr, "debug", debugAddr,

@@ -104,6 +104,14 @@ type Settings struct {
 
 	XDSSettings `mapstructure:",squash"`
 
+	// Overrides (issue 12, OVERRIDES): StateDir keeps the memory store's
+	// overrides across restarts ("" keeps them in the process only);
+	// MaxOverrideTTL bounds an override's expiry; OverrideRefresh is how
+	// often every override is read again from Redis.
+	StateDir        string        `mapstructure:"state-dir"`
+	MaxOverrideTTL  time.Duration `mapstructure:"max-override-ttl"`
+	OverrideRefresh time.Duration `mapstructure:"override-refresh-interval"`
+
 	// ratelimitEnv is what loadSettings took from envoyproxy/ratelimit's
 	// environment (ratelimitenv.go), for serve to log.
 	ratelimitEnv ratelimitEnvReport
@@ -181,6 +189,10 @@ func settingsFlags(fs *pflag.FlagSet) *pflag.FlagSet {
 	fs.String("admin-token-file", "", "file of admin API bearer tokens, one a line as NAME TOKEN or TOKEN alone, re-read when it changes; with it or TOLLGATE_ADMIN_TOKEN the admin API is on, else its paths answer 404")
 	fs.String("audit-log", "", "file the audit log (admin changes and reloads, as JSON lines) is appended to; empty: stderr")
 	xdsFlags(fs)
+	// Overrides (issue 12, OVERRIDES).
+	fs.String("state-dir", "", "memory store: directory of the state file that keeps live overrides across restarts (empty: kept in the process only)")
+	fs.Duration("max-override-ttl", 720*time.Hour, "longest time an override may be set for")
+	fs.Duration("override-refresh-interval", 10*time.Second, "redis: how often every override is read again, besides the changes pushed by pub/sub")
 	outer.AddFlagSet(fs)
 	return fs
 }
@@ -341,6 +353,13 @@ func (s Settings) validate() error {
 		if bound.n <= 0 {
 			errs = append(errs, fmt.Errorf("%s: must be positive, got %d", bound.name, bound.n))
 		}
+	}
+	// Overrides (issue 12, OVERRIDES).
+	if s.MaxOverrideTTL <= 0 {
+		errs = append(errs, fmt.Errorf("max-override-ttl: must be positive, got %v", s.MaxOverrideTTL))
+	}
+	if s.OverrideRefresh <= 0 {
+		errs = append(errs, fmt.Errorf("override-refresh-interval: must be positive, got %v", s.OverrideRefresh))
 	}
 	return errors.Join(errs...)
 }

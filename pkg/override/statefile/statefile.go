@@ -66,14 +66,19 @@ type Store struct {
 var _ override.Backend = (*Store)(nil)
 
 // Open reads the state file in dir, creating dir if need be; a missing
-// file means no overrides. A file that cannot be decoded is renamed aside
+// file means no overrides. With dir "" nothing is persisted: the
+// overrides live only as long as the process. A file that cannot be decoded is renamed aside
 // and logged, and the Store starts empty; Open fails only when the
 // directory or the file cannot be read or the corrupt file moved.
 func Open(dir string, opts Options) (*Store, error) {
-	s := &Store{path: filepath.Join(dir, FileName), now: opts.Now}
+	s := &Store{now: opts.Now}
 	if s.now == nil {
 		s.now = time.Now
 	}
+	if dir == "" {
+		return s, nil
+	}
+	s.path = filepath.Join(dir, FileName)
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -119,7 +124,7 @@ func decode(data []byte) (state, error) {
 	return st, nil
 }
 
-// Path returns the state file's path.
+// Path returns the state file's path, "" when nothing is persisted.
 func (s *Store) Path() string { return s.path }
 
 // Load returns the overrides held.
@@ -174,6 +179,9 @@ func (s *Store) live() []override.Override {
 
 // write replaces the state file with list, atomically.
 func (s *Store) write(list []override.Override) error {
+	if s.path == "" {
+		return nil
+	}
 	data, err := json.MarshalIndent(state{Version: version, Overrides: list}, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encoding override state: %w", err)

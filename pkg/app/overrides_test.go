@@ -1,0 +1,203 @@
+package app
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/tollgatehq/tollgate/integration/redistest"
+	"github.com/tollgatehq/tollgate/pkg/descriptor"
+	"github.com/tollgatehq/tollgate/pkg/limiter"
+	"github.com/tollgatehq/tollgate/pkg/logtest"
+	"github.com/tollgatehq/tollgate/pkg/override"
+	"github.com/tollgatehq/tollgate/pkg/override/statefile"
+	"github.com/tollgatehq/tollgate/pkg/polltest"
+	"github.com/tollgatehq/tollgate/pkg/rlsclient"
+)
+
+// overrideRules limits each tenant to 2 per hour: a window that never
+// turns during a test.
+const overrideRules = "domain: o\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: hour, requests_per_unit: 2, algorithm: fixed_window, name: per_tenant}\n"
+
+// overrideDir returns a configuration directory holding overrideRules.
+func overrideDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "o.yaml"), []byte(overrideRules), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// querier sends tenant's descriptor to an App over gRPC.
+func querier(t *testing.T, a *App) func(tenant string) *rlsv3.RateLimitResponse_DescriptorStatus {
+	t.Helper()
+	grpcAddr, _, _ := a.Addrs()
+	client, err := rlsclient.Dial(grpcAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	return func(tenant string) *rlsv3.RateLimitResponse_DescriptorStatus {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := client.Query(ctx, rlsclient.Request{Domain: "o", Descriptors: [][]descriptor.Entry{{{Key: "tenant", Value: tenant}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Statuses[0]
+	}
+}
+
+// create makes an override of tenant on a, multiplying by 5, expiring
+// after ttl.
+func create(t *testing.T, a *App, tenant string, ttl time.Duration) override.Override {
+	t.Helper()
+	o, err := a.overrides.Create(context.Background(), override.Override{
+		Domain: "o", Entries: []override.Entry{{Key: "tenant", Value: tenant}}, Multiplier: 5,
+		ExpiresAt: time.Now().Add(ttl), Reason: "test", CreatedBy: "tester",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// limitName returns the name of a status's current limit.
+func limitName(st *rlsv3.RateLimitResponse_DescriptorStatus) string {
+	return st.GetCurrentLimit().GetName()
+}
+
+// TestOverridesPersistAcrossRestart checks that the memory store's
+// overrides survive a restart through the state file, and show in
+// /debug/config.
+func TestOverridesPersistAcrossRestart(t *testing.T) {
+	dir, state := overrideDir(t), t.TempDir()
+	useState := func(s *Settings) { s.StateDir = state }
+	first := startApp(t, dir, slog.New(slog.DiscardHandler), useState)
+	o := create(t, first, "acme", time.Hour)
+	if got := limitName(querier(t, first)("acme")); got != "override:"+o.ID {
+		t.Fatalf("the first App reports limit %q, want override:%s", got, o.ID)
+	}
+	second := startApp(t, dir, slog.New(slog.DiscardHandler), useState)
+	st := querier(t, second)("acme")
+	if limitName(st) != "override:"+o.ID || st.GetCurrentLimit().GetRequestsPerUnit() != 10 {
+		t.Fatalf("after a restart: %v, want 10 per hour named override:%s", st, o.ID)
+	}
+	_, _, debugAddr := second.Addrs()
+	body := httpGet(t, "http://"+debugAddr+"/debug/config")
+	if want := "override " + o.ID + ": domain o, entries [tenant=acme], multiplier 5"; !strings.Contains(body, want) {
+		t.Errorf("/debug/config lacks %q:\n%s", want, body)
+	}
+}
+
+// TestCorruptStateFile checks that a tollgate whose state file is corrupt
+// starts, without overrides, says so in the log and keeps the file aside.
+func TestCorruptStateFile(t *testing.T) {
+	dir, state := overrideDir(t), t.TempDir()
+	if err := os.WriteFile(filepath.Join(state, statefile.FileName), []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logs := &logtest.Buffer{}
+	a := startApp(t, dir, slog.New(slog.NewTextHandler(logs, nil)), func(s *Settings) { s.StateDir = state })
+	if st := querier(t, a)("acme"); limitName(st) != "per_tenant" {
+		t.Fatalf("limit %q, want the rule's", limitName(st))
+	}
+	if !strings.Contains(logs.String(), "level=ERROR msg=\"override state file is corrupt; moved aside, starting with no overrides\"") {
+		t.Errorf("the log lacks the corrupt state file:\n%s", logs)
+	}
+	if aside, _ := filepath.Glob(filepath.Join(state, statefile.FileName+".corrupt-*")); len(aside) != 1 {
+		t.Errorf("files set aside: %v, want one", aside)
+	}
+	create(t, a, "acme", time.Hour) // and the registry works
+}
+
+func TestOverridesFleetStandalone(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	testOverridesFleet(t, "single", []string{srv.Addr})
+}
+
+func TestOverridesFleetCluster(t *testing.T) {
+	c := redistest.StartCluster(t)
+	testOverridesFleet(t, "cluster", c.Addrs())
+}
+
+// testOverridesFleet runs two instances on one Redis: an override made on
+// one applies on the other within a second and goes at its expiry; a
+// reset on one lets a client that the other rejects from its over-limit
+// cache through within a second.
+func testOverridesFleet(t *testing.T, redisType string, addrs []string) {
+	dir := overrideDir(t)
+	useRedis := func(s *Settings) {
+		s.Store, s.RedisType, s.RedisAddrs, s.RedisKeyPrefix = "redis", redisType, addrs, "of"
+		s.RedisTimeout, s.StoreTimeout = time.Second, 5*time.Second
+		s.OverLimitCacheBytes = 1 << 20
+		// Longer than any test: only pub/sub can bring a change in time.
+		s.OverrideRefresh = time.Hour
+	}
+	a := startApp(t, dir, slog.New(slog.DiscardHandler), useRedis)
+	b := startApp(t, dir, slog.New(slog.DiscardHandler), useRedis)
+	qa, qb := querier(t, a), querier(t, b)
+	// Both listen once they have read the overrides after subscribing.
+	for _, x := range []*App{a, b} {
+		polltest.Eventually(t, 5*time.Second, func() bool { return x.fleetListening() }, "the fleet channel is not subscribed")
+	}
+
+	t.Run("override", func(t *testing.T) {
+		o := create(t, a, "acme", time.Hour)
+		polltest.Eventually(t, time.Second, func() bool { return limitName(qb("acme")) == "override:"+o.ID },
+			"the other instance does not apply override %s", o.ID)
+		if _, err := b.overrides.Delete(context.Background(), o.ID); err != nil {
+			t.Fatal(err)
+		}
+		polltest.Eventually(t, time.Second, func() bool { return limitName(qa("acme")) == "per_tenant" },
+			"the first instance still applies the deleted override")
+	})
+
+	t.Run("expiry", func(t *testing.T) {
+		o := create(t, a, "brief", 1500*time.Millisecond)
+		polltest.Eventually(t, time.Second, func() bool { return limitName(qb("brief")) == "override:"+o.ID },
+			"the other instance does not apply override %s", o.ID)
+		polltest.Eventually(t, time.Until(o.ExpiresAt)+time.Second, func() bool { return time.Now().After(o.ExpiresAt) }, "time stands still")
+		for name, q := range map[string]func(string) *rlsv3.RateLimitResponse_DescriptorStatus{"first": qa, "second": qb} {
+			if got := limitName(q("brief")); got != "per_tenant" {
+				t.Errorf("the %s instance applies %q after its expiry", name, got)
+			}
+		}
+	})
+
+	t.Run("reset", func(t *testing.T) {
+		for range 2 {
+			if st := qb("rejected"); st.Code != rlsv3.RateLimitResponse_OK {
+				t.Fatalf("within the limit: %v", st)
+			}
+		}
+		for range 2 {
+			if st := qb("rejected"); st.Code != rlsv3.RateLimitResponse_OVER_LIMIT {
+				t.Fatalf("over the limit: %v", st)
+			}
+		}
+		// The earlier subtests may have left counters there too.
+		held := b.overlimit.Len()
+		if held == 0 {
+			t.Fatal("the over-limit cache holds nothing")
+		}
+		got, err := a.limiter.Reset(context.Background(), &limiter.Request{Domain: "o",
+			Descriptors: []limiter.Descriptor{{Entries: []descriptor.Entry{{Key: "tenant", Value: "rejected"}}}}})
+		if err != nil || len(got) != 1 {
+			t.Fatalf("Reset = %+v, %v", got, err)
+		}
+		polltest.Eventually(t, time.Second, func() bool { return b.overlimit.Len() == held-1 },
+			"the other instance's over-limit cache keeps the reset counter")
+		if st := qb("rejected"); st.Code != rlsv3.RateLimitResponse_OK || st.LimitRemaining != 1 {
+			t.Fatalf("after the reset: %v, want OK with 1 left", st)
+		}
+	})
+}

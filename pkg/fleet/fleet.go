@@ -1,0 +1,186 @@
+// Package fleet tells the tollgate instances that share a Redis about the
+// changes an operator makes on one of them, so that each can drop what it
+// holds locally: the overrides changed (read them again), or counters were
+// reset (forget their over-limit cache entries and leases).
+//
+// # Guarantees
+//
+// Events travel by Redis pub/sub on one channel (PUBLISH, which a Cluster
+// delivers to subscribers on every node), so an instance that is
+// subscribed hears of a change within a round trip. Pub/sub delivers at
+// most once: an instance that is not subscribed when an event is
+// published (Redis restarting, a network break, a start) misses it. Run
+// therefore hands its handler a Resync event whenever it (re)subscribes;
+// the handler reads the overrides again then, and the registry also reads
+// them periodically. A missed reset leaves local state that ends by
+// itself: an over-limit cache entry at its counter's RetryAfter, a lease
+// with its window or lifetime.
+package fleet
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/tollgatehq/tollgate/pkg/algorithm"
+	"github.com/tollgatehq/tollgate/pkg/store"
+)
+
+// Event is one change on the fleet channel.
+type Event struct {
+	// Overrides says the overrides changed: read them again.
+	Overrides bool `json:"overrides,omitempty"`
+	// Reset names counters that were cleared.
+	Reset []Counter `json:"reset,omitempty"`
+	// Resync is set on the event Run makes itself after subscribing,
+	// never published: events may have been missed.
+	Resync bool `json:"-"`
+	// Origin is the publishing Bus's random id; Run passes on no event of
+	// its own Bus, whose instance has applied the change already.
+	Origin string `json:"origin"`
+}
+
+// Counter is a counter's identity, as store.Hit names it.
+type Counter struct {
+	Domain  string         `json:"domain"`
+	Entries []store.Entry  `json:"entries"`
+	Shard   string         `json:"shard,omitempty"`
+	Kind    algorithm.Kind `json:"kind"`
+	Period  int64          `json:"period_us"`
+}
+
+// Counters returns the identities of hits.
+func Counters(hits []store.Hit) []Counter {
+	out := make([]Counter, len(hits))
+	for i, h := range hits {
+		out[i] = Counter{Domain: h.Domain, Entries: h.Entries, Shard: h.Shard, Kind: h.Limit.Kind, Period: h.Limit.Period}
+	}
+	return out
+}
+
+// Hits returns the counters as hits of cost 0, as the stores' Forget
+// methods take them.
+func Hits(counters []Counter) []store.Hit {
+	out := make([]store.Hit, len(counters))
+	for i, c := range counters {
+		out[i] = store.Hit{Domain: c.Domain, Entries: c.Entries, Shard: c.Shard,
+			Limit: algorithm.Limit{Kind: c.Kind, Period: c.Period}}
+	}
+	return out
+}
+
+// Options configures a Bus. Client and Channel are required.
+type Options struct {
+	Client  goredis.UniversalClient
+	Channel string
+	// Backoff is the wait after a failed subscription before the next;
+	// 0 means a second.
+	Backoff time.Duration
+	// Logger gets subscription failures; nil discards.
+	Logger *slog.Logger
+}
+
+// Bus publishes and receives Events on one Redis pub/sub channel.
+type Bus struct {
+	id      string
+	client  goredis.UniversalClient
+	channel string
+	backoff time.Duration
+	log     *slog.Logger
+	// subscribed is set while Run holds a confirmed subscription.
+	subscribed atomic.Bool
+}
+
+// Subscribed reports whether Run holds a confirmed subscription, so that
+// events published now reach this instance.
+func (b *Bus) Subscribed() bool { return b.subscribed.Load() }
+
+// New returns a Bus.
+func New(opts Options) (*Bus, error) {
+	if opts.Client == nil || opts.Channel == "" {
+		return nil, errors.New("fleet: Client and Channel are required")
+	}
+	var id [8]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return nil, fmt.Errorf("fleet: %w", err)
+	}
+	b := &Bus{id: hex.EncodeToString(id[:]), client: opts.Client, channel: opts.Channel, backoff: opts.Backoff, log: opts.Logger}
+	if b.backoff <= 0 {
+		b.backoff = time.Second
+	}
+	if b.log == nil {
+		b.log = slog.New(slog.DiscardHandler)
+	}
+	b.log = b.log.With("component", "fleet")
+	return b, nil
+}
+
+// Publish sends e to every other subscribed instance.
+func (b *Bus) Publish(ctx context.Context, e Event) error {
+	e.Origin = b.id
+	data, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("fleet: encoding an event: %w", err)
+	}
+	if err := b.client.Publish(ctx, b.channel, data).Err(); err != nil {
+		return fmt.Errorf("fleet: publishing an event: %w", err)
+	}
+	return nil
+}
+
+// Run subscribes to the channel and calls handle with every event, in
+// order, until ctx ends; after each (re)subscription it calls handle with
+// a Resync event. handle runs on Run's goroutine.
+func (b *Bus) Run(ctx context.Context, handle func(context.Context, Event)) {
+	for ctx.Err() == nil {
+		if err := b.listen(ctx, handle); err != nil && ctx.Err() == nil {
+			b.log.LogAttrs(ctx, slog.LevelWarn, "fleet channel lost; subscribing again", slog.Any("error", err))
+			t := time.NewTimer(b.backoff)
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
+		}
+	}
+}
+
+// listen subscribes once and handles events until an error or ctx ends.
+func (b *Bus) listen(ctx context.Context, handle func(context.Context, Event)) error {
+	sub := b.client.Subscribe(ctx, b.channel)
+	defer sub.Close()
+	// A pub/sub read waits on the connection, not on ctx: closing the
+	// subscription ends it.
+	stop := context.AfterFunc(ctx, func() { _ = sub.Close() })
+	defer stop()
+	if _, err := sub.Receive(ctx); err != nil { // the subscription's confirmation
+		return err
+	}
+	b.subscribed.Store(true)
+	defer b.subscribed.Store(false)
+	handle(ctx, Event{Resync: true})
+	for {
+		msg, err := sub.ReceiveMessage(ctx)
+		if err != nil {
+			return err
+		}
+		var e Event
+		if err := json.Unmarshal([]byte(msg.Payload), &e); err != nil {
+			b.log.LogAttrs(ctx, slog.LevelWarn, "ignoring an event that cannot be decoded", slog.Any("error", err))
+			continue
+		}
+		if e.Origin == b.id {
+			continue
+		}
+		e.Resync = false
+		handle(ctx, e)
+	}
+}
