@@ -64,6 +64,9 @@ func NewClient(opts ClientOptions) (*Client, error) {
 	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
 		return nil, fmt.Errorf("admin address %q: want host:port or an http:// or https:// URL", opts.Addr)
 	}
+	if base.Path == "" {
+		base.Path = "/"
+	}
 	c := &Client{base: base, token: opts.Token, http: opts.HTTPClient}
 	if c.http == nil {
 		c.http = http.DefaultClient

@@ -12,6 +12,7 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/admin"
 	"github.com/tollgatehq/tollgate/pkg/audit"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
+	"github.com/tollgatehq/tollgate/pkg/httpapi"
 )
 
 // newAudit returns the audit log the settings ask for: JSON lines appended
@@ -37,6 +38,28 @@ func (a *App) newTokens() (*admin.Tokens, error) {
 		Env:    string(a.settings.AdminToken),
 		Logger: a.logger,
 	})
+}
+
+// newAdminAPI returns the admin API, or nil (so that its paths answer
+// 404) when no admin token is configured. It needs the limiter and the
+// override registry built.
+func (a *App) newAdminAPI() (httpapi.Routed, error) {
+	if !a.tokens.Enabled() {
+		return nil, nil
+	}
+	h, err := admin.New(admin.Options{
+		Tokens:    a.tokens,
+		Overrides: a.overrides,
+		Limiter:   a.limiter,
+		Resetter:  a.limiter,
+		Audit:     a.audit,
+		Logger:    a.logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.logger.Info("admin API on", "tokens", a.tokens.Names())
+	return h, nil
 }
 
 // reloadState is the audit's account of one descriptor configuration.

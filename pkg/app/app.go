@@ -222,6 +222,10 @@ func (a *App) build(ctx context.Context) error {
 	a.grpc = grpc.NewServer(grpcOpts...)
 	a.rls.Register(a.grpc)
 
+	adminAPI, err := a.newAdminAPI()
+	if err != nil {
+		return err
+	}
 	a.http = &http.Server{
 		Handler: httpapi.New(httpapi.Options{
 			Limiter:     lim,
@@ -229,6 +233,7 @@ func (a *App) build(ctx context.Context) error {
 			Metrics:     a.telemetry.Handler(),
 			Ready:       a.ready,
 			Degraded:    a.degraded,
+			Admin:       adminAPI,
 			MaxBodySize: 1 << 20,
 			Logger:      a.logger,
 		}),
