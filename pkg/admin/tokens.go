@@ -23,9 +23,8 @@ import (
 // (TOLLGATE_ADMIN_TOKEN), as logs and the audit show it.
 const EnvTokenName = "env"
 
-// DefaultTokenDebounce is how long the token file's directory must stay
-// quiet before the file is read again, when TokensOptions.Debounce is
-// zero.
+// DefaultTokenDebounce is how long after a change in the token file's
+// directory the file is read again, when TokensOptions.Debounce is zero.
 const DefaultTokenDebounce = 100 * time.Millisecond
 
 // ErrTokenFile reports a token file that cannot be used; the error that
@@ -43,9 +42,8 @@ type TokensOptions struct {
 	File string
 	// Env is one more token, named EnvTokenName.
 	Env string
-	// Debounce is how long the file's directory must stay quiet after a
-	// change before the file is read again; zero means
-	// DefaultTokenDebounce.
+	// Debounce is how long after the first change of a burst the file is
+	// read again; zero means DefaultTokenDebounce.
 	Debounce time.Duration
 	// Logger receives the reloads of the file and their failures, which
 	// name tokens and lines but never show a token. Nil discards.
@@ -228,9 +226,19 @@ func (t *Tokens) Run(ctx context.Context) error {
 	// A change made between NewTokens and the watch is read now.
 	t.reload()
 
+	// A change is read once the debounce period after the first event
+	// of a burst has passed: later events of the burst do not postpone
+	// it, so a busy directory cannot keep a revocation waiting.
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
+	pending := false
+	schedule := func() {
+		if !pending {
+			pending = true
+			timer.Reset(t.debounce)
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -240,15 +248,16 @@ func (t *Tokens) Run(ctx context.Context) error {
 				return errors.New("admin tokens: watcher closed unexpectedly")
 			}
 			if ev.Op != fsnotify.Chmod {
-				timer.Reset(t.debounce)
+				schedule()
 			}
 		case err, ok := <-w.Errors:
 			if !ok {
 				return errors.New("admin tokens: watcher closed unexpectedly")
 			}
 			t.log.Warn("watcher error; reading the token file again", slog.Any("error", err))
-			timer.Reset(t.debounce)
+			schedule()
 		case <-timer.C:
+			pending = false
 			t.reload()
 		}
 	}
