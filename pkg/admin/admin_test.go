@@ -558,3 +558,10 @@ func TestTokensStayOut(t *testing.T) {
 		}
 	}
 }
+
+func TestNewRequiresOptions(t *testing.T) {
+	_, err := admin.New(admin.Options{})
+	if want := "admin: missing options Audit, Limiter, Overrides, Resetter, Tokens"; err == nil || err.Error() != want {
+		t.Errorf("New with no options: %v, want %q", err, want)
+	}
+}
