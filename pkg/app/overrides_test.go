@@ -201,3 +201,39 @@ func testOverridesFleet(t *testing.T, redisType string, addrs []string) {
 		}
 	})
 }
+
+// TestOverrideReturnsLeases checks that an override makes the cached
+// store give back the leases of the counters it covers, which were sized
+// and charged under the old limit, and keeps the others.
+func TestOverrideReturnsLeases(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "p.yaml"), []byte(cachedRule), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := startApp(t, dir, slog.New(slog.DiscardHandler), func(s *Settings) { s.Store, s.RedisAddrs = "redis", []string{srv.Addr} })
+	grpcAddr, _, _ := a.Addrs()
+	client, err := rlsclient.Dial(grpcAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	for _, v := range []string{"covered", "other"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := client.Query(ctx, rlsclient.Request{Domain: "p", Descriptors: [][]descriptor.Entry{{{Key: "k", Value: v}}}})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := a.cached.Len(); n != 2 {
+		t.Fatalf("the cached store holds %d counters, want 2", n)
+	}
+	if _, err := a.overrides.Create(context.Background(), override.Override{Domain: "p", Entries: []override.Entry{{Key: "k", Value: "covered"}},
+		Multiplier: 2, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if n := a.cached.Len(); n != 1 {
+		t.Fatalf("after the override the cached store holds %d counters, want 1", n)
+	}
+}

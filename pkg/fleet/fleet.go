@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync/atomic"
 	"time"
 
@@ -84,6 +85,10 @@ type Options struct {
 	// Backoff is the wait after a failed subscription before the next;
 	// 0 means a second.
 	Backoff time.Duration
+	// HealthCheck is how long a quiet subscription waits before it pings
+	// Redis, so that a connection lost without a word is noticed; 0 means
+	// 15 seconds.
+	HealthCheck time.Duration
 	// Logger gets subscription failures; nil discards.
 	Logger *slog.Logger
 }
@@ -94,6 +99,7 @@ type Bus struct {
 	client  goredis.UniversalClient
 	channel string
 	backoff time.Duration
+	health  time.Duration
 	log     *slog.Logger
 	// subscribed is set while Run holds a confirmed subscription.
 	subscribed atomic.Bool
@@ -115,6 +121,10 @@ func New(opts Options) (*Bus, error) {
 	b := &Bus{id: hex.EncodeToString(id[:]), client: opts.Client, channel: opts.Channel, backoff: opts.Backoff, log: opts.Logger}
 	if b.backoff <= 0 {
 		b.backoff = time.Second
+	}
+	b.health = opts.HealthCheck
+	if b.health <= 0 {
+		b.health = 15 * time.Second
 	}
 	if b.log == nil {
 		b.log = slog.New(slog.DiscardHandler)
@@ -167,10 +177,29 @@ func (b *Bus) listen(ctx context.Context, handle func(context.Context, Event)) e
 	b.subscribed.Store(true)
 	defer b.subscribed.Store(false)
 	handle(ctx, Event{Resync: true})
+	pinged := false
 	for {
-		msg, err := sub.ReceiveMessage(ctx)
+		m, err := sub.ReceiveTimeout(ctx, b.health)
+		var nerr net.Error
+		if errors.As(err, &nerr) && nerr.Timeout() && ctx.Err() == nil {
+			// Quiet: make sure the connection still stands, since a
+			// dead or hung peer need not close it.
+			if pinged {
+				return errors.New("no answer to a ping within the health check interval")
+			}
+			if err := sub.Ping(ctx); err != nil {
+				return fmt.Errorf("pinging the subscription: %w", err)
+			}
+			pinged = true
+			continue
+		}
 		if err != nil {
 			return err
+		}
+		pinged = false
+		msg, ok := m.(*goredis.Message)
+		if !ok {
+			continue // a pong or a subscription change
 		}
 		var e Event
 		if err := json.Unmarshal([]byte(msg.Payload), &e); err != nil {

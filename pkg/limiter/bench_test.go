@@ -30,7 +30,9 @@ func BenchmarkCheck(b *testing.B) {
 	}
 	for _, bc := range cases {
 		b.Run(bc.name, func(b *testing.B) {
-			f := newFixture(b, benchYAML, nil)
+			// As the app runs it: an override registry, here holding none.
+			ovs := &overrides{}
+			f := newFixture(b, benchYAML, func(o *Options) { o.Overrides = ovs.current })
 			f.store.inner, f.lim.store = nil, f.store.inner // count without recording
 			ctx := context.Background()
 			b.ReportAllocs()

@@ -190,18 +190,35 @@ func TestResetWithOverride(t *testing.T) {
 	}
 }
 
-func BenchmarkCheckOverridden(b *testing.B) {
-	ovs := &overrides{}
-	f := newFixture(b, benchYAML, func(o *Options) { o.Overrides = ovs.current })
-	o := override.Override{ID: "x", Domain: "api", Entries: []override.Entry{{Key: "client", Value: "c1"}}, Multiplier: 2, ExpiresAt: t0.Add(time.Hour)}
-	ovs.use(o)
-	f.store.inner, f.lim.store = nil, f.store.inner
-	r := req("api", d("client=c1"))
-	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := f.lim.Check(ctx, r); err != nil {
-			b.Fatal(err)
-		}
+// BenchmarkCheckOverrides measures one descriptor's decision without an
+// override registry (as before overrides existed), with an empty one (as
+// the app runs), with overrides of other clients only, and overridden.
+// With -count the cases interleave, for ratios within one run.
+func BenchmarkCheckOverrides(b *testing.B) {
+	other := override.Override{ID: "o", Domain: "api", Entries: []override.Entry{{Key: "client", Value: "c2"}}, Multiplier: 2, ExpiresAt: t0.Add(time.Hour)}
+	mine := other
+	mine.ID, mine.Entries = "m", []override.Entry{{Key: "client", Value: "c1"}}
+	cases := []struct {
+		name string
+		opts func(*Options)
+	}{
+		{"no registry", nil},
+		{"none", func(o *Options) { o.Overrides = (&overrides{}).current }},
+		{"others", func(o *Options) { ovs := &overrides{}; ovs.use(other); o.Overrides = ovs.current }},
+		{"overridden", func(o *Options) { ovs := &overrides{}; ovs.use(other, mine); o.Overrides = ovs.current }},
+	}
+	for _, bc := range cases {
+		b.Run(bc.name, func(b *testing.B) {
+			f := newFixture(b, benchYAML, bc.opts)
+			f.store.inner, f.lim.store = nil, f.store.inner
+			r := req("api", d("client=c1"))
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := f.lim.Check(ctx, r); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -20,6 +20,36 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 )
 
+// Registries.
+//
+// A Registry validates overrides against the live descriptor tree and
+// keeps them in a Backend: in process, persisted in a state file, with the
+// memory store (package override/statefile); in Redis, shared by a fleet,
+// with the Redis store (package override/redis). It keeps a snapshot, a
+// Set, that the limiter reads with one atomic load per request (nil when
+// there are none).
+//
+// Which override applies: for a descriptor of a domain, the override of
+// that domain whose entries are the longest prefix of the descriptor's
+// entries, keys and values compared exactly (no wildcards); of equally
+// long ones, the newest. With overrides on tenant=acme (×5) and on
+// tenant=acme/user=u1 (absolute 100 per minute), the descriptor
+// tenant=acme/user=u1/path=/x gets 100 per minute, tenant=acme/user=u2
+// gets five times its rule's limits, and tenant=other its rule's. See
+// package limiter for how the limits are replaced.
+//
+// Expiry: an override stops applying at its ExpiresAt on the registry's
+// clock, at once, because Set.Match judges it on every call; Run drops it
+// from the snapshot, the log and tollgate_overrides_active within a
+// millisecond of that, and its backend forgets it (a Redis TTL, the state
+// file's next write).
+//
+// Fleet: with Redis, a change made on one instance is published (Options.
+// Publish, the fleet channel) and every instance reads the overrides again
+// when it hears of it, within a round trip; each also reads them every
+// RefreshInterval and after (re)subscribing, so a missed message or a
+// restart converges.
+
 // Backend keeps a registry's overrides: in process with a state file
 // (package override/statefile) or in Redis (package override/redis).
 //
