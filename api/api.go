@@ -14,12 +14,23 @@
 // rejections it leaves to the decoder, which need the whole file, other
 // files or arithmetic. The tests in this package hold both promises
 // against the decoder's golden inputs.
+//
+// openapi.yaml is an OpenAPI 3.0 document of tollgate's whole HTTP API:
+// the JSON check, envoyproxy/ratelimit's /json, the probes, the metrics
+// and the admin API. Its test holds it to the routes the HTTP handler
+// really serves, both ways, and validates real answers against it.
 package api
 
 import _ "embed"
 
 //go:embed descriptor.schema.json
 var descriptorSchema string
+
+//go:embed openapi.yaml
+var openAPI string
+
+// OpenAPI returns the OpenAPI 3.0 document of the HTTP API, in YAML.
+func OpenAPI() string { return openAPI }
 
 // DescriptorSchema returns the JSON Schema of a descriptor configuration
 // file.

@@ -3,6 +3,8 @@ package integration
 import (
 	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -178,5 +180,78 @@ func TestSecretsRatelimitAuthStaysOut(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSecretsAdminTokensStayOut serves the admin API with a token file and
+// an environment token on the Redis store, where overrides and resets
+// travel through Redis, makes every kind of admin call with the right
+// tokens and a wrong one, and checks that no token appears in the logs
+// (debug level), the audit log, /debug/config, /metrics or /readyz.
+func TestSecretsAdminTokensStayOut(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	const fileToken, envToken, wrong = "file-admin-token-6a2e", "env-admin-token-c94b", "wrong-admin-token-17fd"
+	dir := t.TempDir()
+	tokenFile, auditFile := filepath.Join(t.TempDir(), "tokens"), filepath.Join(t.TempDir(), "audit.jsonl")
+	writeFile(t, tokenFile, "ops "+fileToken+"\n")
+	var logs logtest.Buffer
+	t.Cleanup(func() { redis.RouteClientLogs(slog.New(slog.DiscardHandler)) })
+	redis.RouteClientLogs(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	svc := startServiceLogging(t, dir, &logs, func(s *app.Settings) {
+		s.Store, s.RedisAddrs = "redis", []string{srv.Addr}
+		s.AdminTokenFile, s.AdminToken, s.AuditLog = tokenFile, envToken, auditFile
+	})
+	writeFile(t, svc.dir+"/api.yaml", searchRules)
+	eventually(t, settle, "the rules to load", func() bool {
+		return strings.Contains(svc.get(t, svc.debugAddr, "/debug/config"), "search")
+	})
+	call := func(token, method, path, body string) int {
+		req, err := http.NewRequest(method, "http://"+svc.httpAddr+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	search := `{"domain":"api","descriptors":[{"entries":[{"key":"api_key","value":"k"},{"key":"endpoint","value":"/search"}]}]}`
+	for _, token := range []string{fileToken, envToken, wrong} {
+		want := http.StatusCreated
+		if token == wrong {
+			want = http.StatusUnauthorized
+		}
+		if got := call(token, "POST", "/v1/overrides",
+			`{"domain":"api","entries":[{"key":"api_key","value":"k"}],"multiplier":2,"expires_in":"1h","reason":"test"}`); got != want {
+			t.Errorf("create with token %q: %d, want %d", token, got, want)
+		}
+		call(token, "POST", "/v1/remaining", search)
+		call(token, "POST", "/v1/reset", search)
+		call(token, "GET", "/v1/overrides", "")
+		call(token, "GET", "/v1/audit", "")
+	}
+	audit, err := os.ReadFile(auditFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]string{
+		"logs":          logs.String(),
+		"audit log":     string(audit),
+		"/debug/config": svc.get(t, svc.debugAddr, "/debug/config"),
+		"/metrics":      svc.get(t, svc.httpAddr, "/metrics"),
+		"/readyz":       svc.get(t, svc.httpAddr, "/readyz"),
+	}
+	if !strings.Contains(seen["audit log"], `"actor":"ops"`) || !strings.Contains(seen["audit log"], `"actor":"env"`) {
+		t.Fatalf("the admin calls were not audited:\n%s", seen["audit log"])
+	}
+	for where, text := range seen {
+		for _, token := range []string{fileToken, envToken, wrong} {
+			if strings.Contains(text, token) {
+				t.Errorf("%s shows the admin token %q", where, token)
+			}
+		}
 	}
 }

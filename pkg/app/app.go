@@ -25,7 +25,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/tollgatehq/tollgate/pkg/admin"
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
+	"github.com/tollgatehq/tollgate/pkg/audit"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/fleet"
 	"github.com/tollgatehq/tollgate/pkg/httpapi"
@@ -90,6 +92,14 @@ type App struct {
 	// nil with the memory store.
 	fleet *fleet.Bus
 
+	// audit records admin changes and reloads; auditedTree is the tree
+	// the audit last saw, which only treeChanged touches after build.
+	audit       *audit.Log
+	auditedTree *descriptor.Tree
+	// tokens authenticate the admin API; it is off unless they are
+	// Enabled.
+	tokens *admin.Tokens
+
 	grpcLis, httpLis, debugLis net.Listener
 	// closers release the store's resources after the servers stop, last
 	// acquired first.
@@ -123,6 +133,12 @@ func (a *App) build(ctx context.Context) error {
 	if a.telemetry, err = telemetry.Setup(ctx, topts); err != nil {
 		return fmt.Errorf("setting up telemetry: %w", err)
 	}
+	if a.audit, err = a.newAudit(); err != nil {
+		return err
+	}
+	if a.tokens, err = a.newTokens(); err != nil {
+		return err
+	}
 	meters := a.telemetry.MeterProvider()
 	var tracer trace.TracerProvider // nil while tracing is off: no spans, no cost
 	if a.telemetry.Tracing() {
@@ -138,6 +154,7 @@ func (a *App) build(ctx context.Context) error {
 		return err
 	}
 
+	a.auditedTree = a.reloader.Current()
 	st, err := a.newStore(meters)
 	if err != nil {
 		return err
@@ -205,6 +222,10 @@ func (a *App) build(ctx context.Context) error {
 	a.grpc = grpc.NewServer(grpcOpts...)
 	a.rls.Register(a.grpc)
 
+	adminAPI, err := a.newAdminAPI()
+	if err != nil {
+		return err
+	}
 	a.http = &http.Server{
 		Handler: httpapi.New(httpapi.Options{
 			Limiter:     lim,
@@ -212,6 +233,7 @@ func (a *App) build(ctx context.Context) error {
 			Metrics:     a.telemetry.Handler(),
 			Ready:       a.ready,
 			Degraded:    a.degraded,
+			Admin:       adminAPI,
 			MaxBodySize: 1 << 20,
 			Logger:      a.logger,
 		}),
@@ -338,6 +360,7 @@ func (a *App) newStore(meters metric.MeterProvider) (store.Store, error) {
 // after the Reset; such a lease is at most 1/64 of what was left and ends
 // with its window or lifetime.
 func (a *App) treeChanged(tree *descriptor.Tree) {
+	a.auditReload(tree)
 	if a.cached != nil {
 		if n := a.cached.Reset(); n > 0 {
 			a.logger.Info("descriptor configuration changed: cached counters forgotten, their leases returned", "counters", n)
@@ -435,7 +458,7 @@ func (a *App) Run(ctx context.Context) error {
 	defer cancel()
 
 	var wg sync.WaitGroup
-	errs := make(chan error, 4)
+	errs := make(chan error, 5)
 	serve := func(name string, fn func() error) {
 		wg.Go(func() {
 			if err := fn(); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, grpc.ErrServerStopped) {
@@ -458,6 +481,12 @@ func (a *App) Run(ctx context.Context) error {
 	if a.xds != nil {
 		wg.Go(func() { _ = a.xds.Run(ctx) }) // returns when ctx ends
 	}
+	wg.Go(func() {
+		if err := a.tokens.Run(ctx); err != nil {
+			errs <- err
+			cancel()
+		}
+	})
 	wg.Go(func() { a.forwardSIGHUP(ctx) })
 	if a.breaker != nil {
 		wg.Go(func() { a.probeStore(ctx) })

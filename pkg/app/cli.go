@@ -116,6 +116,7 @@ serve would.`,
 		newBenchCommand(c),
 		newSchemaCommand(c),
 		newHealthCommand(c),
+		newAdminCommand(c),
 		newVersionCommand(c, info),
 	)
 	return root

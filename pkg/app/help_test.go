@@ -12,7 +12,7 @@ import (
 )
 
 // commands are the commands that `tollgate help` must list.
-var commands = []string{"bench", "check", "completion", "explain", "health", "help", "query", "schema", "serve", "version"}
+var commands = []string{"admin", "bench", "check", "completion", "explain", "health", "help", "query", "schema", "serve", "version"}
 
 // listedCommands returns the commands that help output lists under
 // "Available Commands:", one line each.

@@ -27,6 +27,13 @@ func TestSchema(t *testing.T) {
 	}
 }
 
+func TestSchemaOpenAPI(t *testing.T) {
+	code, out, errOut := runMain("schema", "--openapi")
+	if code != 0 || errOut != "" || out != api.OpenAPI() || !strings.HasPrefix(out, "openapi: 3.") {
+		t.Errorf("schema --openapi: exit %d, stderr %q, %d bytes; want api.OpenAPI's %d", code, errOut, len(out), len(api.OpenAPI()))
+	}
+}
+
 func TestSchemaUsage(t *testing.T) {
 	code, _, errOut := runMain("schema", "extra")
 	if want := "tollgate schema: usage: unexpected arguments [\"extra\"]\n"; code != 2 || errOut != want {

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"log/slog"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -32,6 +33,7 @@ func startApp(t *testing.T, dir string, logger *slog.Logger, tweak func(*Setting
 		t.Fatal(err)
 	}
 	s.ConfigDir, s.GRPCAddr, s.HTTPAddr, s.DebugAddr = dir, "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	s.AuditLog = filepath.Join(t.TempDir(), "audit.jsonl") // not the test's stderr
 	if tweak != nil {
 		tweak(&s)
 		if err := s.validate(); err != nil {

@@ -97,6 +97,11 @@ type Settings struct {
 	MaxHits        int `mapstructure:"max-hits"`
 	MaxPatterns    int `mapstructure:"max-patterns"`
 
+	// ADMIN (issue 12): the admin API's tokens and the audit log.
+	AdminTokenFile string `mapstructure:"admin-token-file"`
+	AdminToken     Secret `mapstructure:"admin-token"` // TOLLGATE_ADMIN_TOKEN or the settings file; never a flag
+	AuditLog       string `mapstructure:"audit-log"`
+
 	XDSSettings `mapstructure:",squash"`
 
 	// Overrides (issue 12, OVERRIDES): StateDir keeps the memory store's
@@ -180,6 +185,9 @@ func settingsFlags(fs *pflag.FlagSet) *pflag.FlagSet {
 	fs.Int("max-value-length", 4096, "longest descriptor entry value, in bytes")
 	fs.Int("max-hits", limiter.DefaultMaxHits, "largest hits_addend, of a request or a descriptor (the default is Envoy's own cap)")
 	fs.Int("max-patterns", 1000, "most wildcard values of one key at one level of the configuration (allow and deny lists)")
+	// ADMIN (issue 12): the admin API's tokens and the audit log.
+	fs.String("admin-token-file", "", "file of admin API bearer tokens, one a line as NAME TOKEN or TOKEN alone, re-read when it changes; with it or TOLLGATE_ADMIN_TOKEN the admin API is on, else its paths answer 404")
+	fs.String("audit-log", "", "file the audit log (admin changes and reloads, as JSON lines) is appended to; empty: stderr")
 	xdsFlags(fs)
 	// Overrides (issue 12, OVERRIDES).
 	fs.String("state-dir", "", "memory store: directory of the state file that keeps live overrides across restarts (empty: kept in the process only)")
@@ -248,6 +256,9 @@ func loadSettings(fs *pflag.FlagSet, getenv func(string) string) (Settings, erro
 			return Settings{}, fmt.Errorf("redis-password-file: %w", err)
 		}
 		s.RedisPassword = Secret(strings.TrimRight(string(data), "\r\n"))
+	}
+	if tok := strings.TrimSpace(getenv("TOLLGATE_ADMIN_TOKEN")); tok != "" {
+		s.AdminToken = Secret(tok)
 	}
 	return s, s.validate()
 }

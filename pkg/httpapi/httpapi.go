@@ -1,6 +1,10 @@
 // Package httpapi serves tollgate over HTTP: a friendly JSON check
 // (POST /v1/check), envoyproxy/ratelimit's POST /json, health and readiness
-// probes, and Prometheus metrics.
+// probes, Prometheus metrics and, when it is enabled, the admin API.
+//
+// The JSON of the check is exported (ReadCheckRequest, NewCheckResponse)
+// so that the admin API's /v1/remaining and /v1/reset read and answer
+// exactly what /v1/check does.
 package httpapi
 
 import (
@@ -12,6 +16,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
@@ -35,17 +40,30 @@ type Options struct {
 	Ready   func() error
 	// Degraded returns why a ready service answers without its store, or
 	// ""; /readyz reports it and stays 200. Nil is never degraded.
-	Degraded    func() string
+	Degraded func() string
+	// Admin serves the admin API beside the check; nil leaves its paths
+	// unserved (404).
+	Admin       Routed
 	MaxBodySize int64 // default 1 MiB
 	Logger      *slog.Logger
 }
 
-type handler struct {
-	opts Options
+// Routed is an http.Handler that serves a fixed set of http.ServeMux
+// patterns, such as "GET /v1/overrides/{id}".
+type Routed interface {
+	http.Handler
+	Routes() []string
+}
+
+// Handler is the HTTP API.
+type Handler struct {
+	opts   Options
+	mux    *http.ServeMux
+	routes []string
 }
 
 // New returns the HTTP handler.
-func New(opts Options) http.Handler {
+func New(opts Options) *Handler {
 	if opts.MaxBodySize <= 0 {
 		opts.MaxBodySize = 1 << 20
 	}
@@ -56,22 +74,38 @@ func New(opts Options) http.Handler {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	opts.Logger = opts.Logger.With("component", "http")
-	h := &handler{opts: opts}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/check", h.check)
+	h := &Handler{opts: opts, mux: http.NewServeMux()}
+	h.handle("POST /v1/check", http.HandlerFunc(h.check))
 	if opts.JSON != nil {
-		mux.Handle("POST /json", http.MaxBytesHandler(opts.JSON, opts.MaxBodySize))
+		h.handle("POST /json", http.MaxBytesHandler(opts.JSON, opts.MaxBodySize))
 	}
 	if opts.Metrics != nil {
-		mux.Handle("GET /metrics", opts.Metrics)
+		h.handle("GET /metrics", opts.Metrics)
 	}
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
-	mux.HandleFunc("GET /readyz", h.ready)
-	mux.HandleFunc("GET /healthcheck", h.ready) // envoyproxy/ratelimit's path
-	return mux
+	h.handle("GET /healthz", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") }))
+	h.handle("GET /readyz", http.HandlerFunc(h.ready))
+	h.handle("GET /healthcheck", http.HandlerFunc(h.ready)) // envoyproxy/ratelimit's path
+	if opts.Admin != nil {
+		for _, pattern := range opts.Admin.Routes() {
+			h.handle(pattern, opts.Admin)
+		}
+	}
+	return h
 }
 
-func (h *handler) ready(w http.ResponseWriter, _ *http.Request) {
+func (h *Handler) handle(pattern string, handler http.Handler) {
+	h.mux.Handle(pattern, handler)
+	h.routes = append(h.routes, pattern)
+}
+
+// ServeHTTP serves the API.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+// Routes returns the http.ServeMux pattern of every route h serves, such
+// as "POST /v1/check", in the order they were added.
+func (h *Handler) Routes() []string { return slices.Clone(h.routes) }
+
+func (h *Handler) ready(w http.ResponseWriter, _ *http.Request) {
 	if err := h.opts.Ready(); err != nil {
 		http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 		return
@@ -104,24 +138,26 @@ type checkDescriptor struct {
 	Charge *string `json:"charge,omitempty"`
 }
 
-// checkResponse is the answer of POST /v1/check.
-type checkResponse struct {
+// CheckResponse is the answer of POST /v1/check.
+type CheckResponse struct {
 	Code              string            `json:"code"`
 	Allowed           bool              `json:"allowed"`
 	RetryAfterSeconds int64             `json:"retry_after_seconds,omitempty"`
-	Statuses          []checkStatus     `json:"statuses"`
+	Statuses          []CheckStatus     `json:"statuses"`
 	Headers           map[string]string `json:"headers,omitempty"`
 }
 
-type checkStatus struct {
-	Code              string      `json:"code"`
-	Limit             *checkLimit `json:"limit,omitempty"`
-	Remaining         *uint32     `json:"remaining,omitempty"`
-	ResetAfterSeconds float64     `json:"reset_after_seconds,omitempty"`
-	RetryAfterSeconds int64       `json:"retry_after_seconds,omitempty"`
+// CheckStatus is the answer for one descriptor of a CheckResponse.
+type CheckStatus struct {
+	Code              string  `json:"code"`
+	Limit             *Limit  `json:"limit,omitempty"`
+	Remaining         *uint32 `json:"remaining,omitempty"`
+	ResetAfterSeconds float64 `json:"reset_after_seconds,omitempty"`
+	RetryAfterSeconds int64   `json:"retry_after_seconds,omitempty"`
 }
 
-type checkLimit struct {
+// Limit is a counted limit as the API shows it.
+type Limit struct {
 	Name            string `json:"name,omitempty"`
 	RequestsPerUnit uint32 `json:"requests_per_unit"`
 	Unit            string `json:"unit"`
@@ -129,20 +165,51 @@ type checkLimit struct {
 	Algorithm       string `json:"algorithm"`
 }
 
-func (h *handler) check(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
+	req, err := ReadCheckRequest(w, r, h.opts.MaxBodySize)
+	if err != nil {
+		WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	resp, err := h.opts.Limiter.Check(r.Context(), req)
+	if errors.Is(err, limiter.ErrInvalidRequest) {
+		WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if err != nil {
+		h.opts.Logger.Warn("check failed", "domain", req.Domain, "error", err)
+		WriteError(w, http.StatusServiceUnavailable, "rate limit decision failed: "+err.Error())
+		return
+	}
+	out := NewCheckResponse(resp)
+	for _, hd := range resp.Headers {
+		if hd.Key != "content-type" {
+			w.Header().Set(hd.Key, hd.Value)
+		}
+	}
+	status := http.StatusOK
+	if !out.Allowed {
+		status = http.StatusTooManyRequests
+	}
+	WriteJSON(w, status, out)
+}
+
+// ReadCheckRequest decodes the body of r, the JSON of POST /v1/check, into a
+// limiter request. Decoding is strict: an unknown field is an error. The
+// body is bounded by maxBody bytes. A non-nil error is the reason to answer
+// 400 with.
+func ReadCheckRequest(w http.ResponseWriter, r *http.Request, maxBody int64) (*limiter.Request, error) {
 	var in checkRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, h.opts.MaxBodySize))
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&in); err != nil {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("decoding request body: %v", err))
-		return
+		return nil, fmt.Errorf("decoding request body: %w", err)
 	}
 	req := &limiter.Request{Domain: in.Domain, Hits: in.Hits, Descriptors: make([]limiter.Descriptor, len(in.Descriptors))}
 	for i, d := range in.Descriptors {
 		if d.Charge != nil {
 			if *d.Charge != limiter.ChargeAlwaysValue {
-				writeError(w, http.StatusBadRequest, fmt.Sprintf("descriptors[%d].charge: must be %q, got %q", i, limiter.ChargeAlwaysValue, *d.Charge))
-				return
+				return nil, fmt.Errorf("descriptors[%d].charge: must be %q, got %q", i, limiter.ChargeAlwaysValue, *d.Charge)
 			}
 			d.Entries = append(d.Entries, descriptor.Entry{Key: limiter.ChargeKey, Value: limiter.ChargeAlwaysValue})
 		}
@@ -151,17 +218,12 @@ func (h *handler) check(w http.ResponseWriter, r *http.Request) {
 			req.Descriptors[i].Hits, req.Descriptors[i].HasHits = *d.Hits, true
 		}
 	}
-	resp, err := h.opts.Limiter.Check(r.Context(), req)
-	if errors.Is(err, limiter.ErrInvalidRequest) {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	if err != nil {
-		h.opts.Logger.Warn("check failed", "domain", in.Domain, "error", err)
-		writeError(w, http.StatusServiceUnavailable, "rate limit decision failed: "+err.Error())
-		return
-	}
-	out := checkResponse{Allowed: resp.Code != limiter.OverLimit, Code: codeName(resp.Code), Statuses: make([]checkStatus, len(resp.Statuses))}
+	return req, nil
+}
+
+// NewCheckResponse returns the JSON answer of POST /v1/check for resp.
+func NewCheckResponse(resp *limiter.Response) CheckResponse {
+	out := CheckResponse{Allowed: resp.Code != limiter.OverLimit, Code: codeName(resp.Code), Statuses: make([]CheckStatus, len(resp.Statuses))}
 	for i, st := range resp.Statuses {
 		out.Statuses[i] = statusJSON(st)
 		out.RetryAfterSeconds = max(out.RetryAfterSeconds, out.Statuses[i].RetryAfterSeconds)
@@ -170,31 +232,13 @@ func (h *handler) check(w http.ResponseWriter, r *http.Request) {
 		out.Headers = make(map[string]string, len(resp.Headers))
 		for _, hd := range resp.Headers {
 			out.Headers[hd.Key] = hd.Value
-			if hd.Key != "content-type" {
-				w.Header().Set(hd.Key, hd.Value)
-			}
 		}
 	}
-	status := http.StatusOK
-	if !out.Allowed {
-		status = http.StatusTooManyRequests
-	}
-	writeJSON(w, status, out)
+	return out
 }
 
-func statusJSON(st limiter.Status) checkStatus {
-	out := checkStatus{Code: codeName(st.Code)}
-	if st.Limit != nil {
-		out.Limit = &checkLimit{
-			Name:            st.Limit.Name,
-			RequestsPerUnit: st.Limit.RequestsPerUnit,
-			Unit:            st.Limit.Unit.String(),
-			Algorithm:       st.Limit.Algorithm.String(),
-		}
-		if st.Limit.UnitMultiplier > 1 {
-			out.Limit.UnitMultiplier = st.Limit.UnitMultiplier
-		}
-	}
+func statusJSON(st limiter.Status) CheckStatus {
+	out := CheckStatus{Code: codeName(st.Code), Limit: LimitJSON(st.Limit)}
 	if st.Limit != nil || st.Remaining == math.MaxUint32 {
 		remaining := st.Remaining
 		out.Remaining = &remaining
@@ -206,6 +250,23 @@ func statusJSON(st limiter.Status) checkStatus {
 	return out
 }
 
+// LimitJSON returns l as the API shows it; nil for nil.
+func LimitJSON(l *descriptor.Limit) *Limit {
+	if l == nil {
+		return nil
+	}
+	out := &Limit{
+		Name:            l.Name,
+		RequestsPerUnit: l.RequestsPerUnit,
+		Unit:            l.Unit.String(),
+		Algorithm:       l.Algorithm.String(),
+	}
+	if l.UnitMultiplier > 1 {
+		out.UnitMultiplier = l.UnitMultiplier
+	}
+	return out
+}
+
 func codeName(c limiter.Code) string {
 	if c == limiter.OverLimit {
 		return "OVER_LIMIT"
@@ -213,12 +274,15 @@ func codeName(c limiter.Code) string {
 	return "OK"
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
+// WriteJSON answers status with v as JSON.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, map[string]string{"error": msg, "status": strconv.Itoa(status)})
+// WriteError answers status with the API's JSON error,
+// {"error": msg, "status": "400"}.
+func WriteError(w http.ResponseWriter, status int, msg string) {
+	WriteJSON(w, status, map[string]string{"error": msg, "status": strconv.Itoa(status)})
 }

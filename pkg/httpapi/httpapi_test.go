@@ -66,7 +66,7 @@ func TestCheck(t *testing.T) {
 		}
 	}
 	rec := post(h, user)
-	var out checkResponse
+	var out CheckResponse
 	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
 		t.Fatal(err)
 	}

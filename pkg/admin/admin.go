@@ -1,0 +1,396 @@
+// Package admin serves tollgate's admin API: live overrides, what remains
+// of a descriptor's limits, counter resets and the audit log, over HTTP
+// with JSON, behind bearer tokens.
+//
+// The API is off unless a token is configured; httpapi then leaves its
+// paths unserved, so they answer 404. Every call must carry
+// "Authorization: Bearer <token>" with one of the tokens of Tokens, or it
+// is answered 401 with WWW-Authenticate: Bearer. The token's name, never
+// the token, is the actor that overrides (CreatedBy), the audit and the
+// logs show.
+//
+// Routes:
+//
+//	POST   /v1/overrides        create an override: 201 with it
+//	GET    /v1/overrides        the live overrides, ?domain= to filter
+//	GET    /v1/overrides/{id}   one override, 404 if there is none
+//	DELETE /v1/overrides/{id}   delete one: 200 with what was deleted
+//	POST   /v1/remaining        the body of /v1/check, answered as it is, consuming nothing
+//	POST   /v1/reset            the body of /v1/check: clear its counters
+//	GET    /v1/audit            the newest audit entries, ?limit=N
+//
+// Errors are JSON, {"error": "...", "status": "400"}, as /v1/check's are.
+// A delete or a reset may give its reason as ?reason=, which the audit
+// keeps.
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tollgatehq/tollgate/pkg/audit"
+	"github.com/tollgatehq/tollgate/pkg/httpapi"
+	"github.com/tollgatehq/tollgate/pkg/limiter"
+	"github.com/tollgatehq/tollgate/pkg/override"
+)
+
+// Overrides keeps the live overrides; the registries of package override's
+// implementations are ones. They validate what they are given against the
+// live rules: a refusal wraps override.ErrInvalid with the reason, an
+// unknown id override.ErrNotFound.
+type Overrides interface {
+	// Create stores o and returns it with its ID and CreatedAt.
+	Create(ctx context.Context, o override.Override) (override.Override, error)
+	// List returns the live overrides of domain, or of every domain for
+	// "", oldest first.
+	List(ctx context.Context, domain string) ([]override.Override, error)
+	Get(ctx context.Context, id string) (override.Override, error)
+	// Delete removes the override and returns it.
+	Delete(ctx context.Context, id string) (override.Override, error)
+}
+
+// Resetter clears the counters a request's descriptors resolve to;
+// *limiter.Limiter is one. An invalid request is an error wrapping
+// limiter.ErrInvalidRequest.
+type Resetter interface {
+	Reset(ctx context.Context, req *limiter.Request) ([]limiter.ResetCounter, error)
+}
+
+// DefaultAuditLimit is how many audit entries GET /v1/audit answers
+// without ?limit=.
+const DefaultAuditLimit = 100
+
+// Options configure the admin API. Every field but Now, MaxBodySize and
+// Logger is required.
+type Options struct {
+	// Tokens authenticate every call.
+	Tokens *Tokens
+	// Overrides keeps the live overrides.
+	Overrides Overrides
+	// Limiter answers /v1/remaining, with every descriptor's cost 0.
+	Limiter httpapi.Checker
+	// Resetter answers /v1/reset.
+	Resetter Resetter
+	// Audit records every change made through the API, and answers
+	// /v1/audit.
+	Audit *audit.Log
+	// Now turns an override's expires_in into its expiry; nil means
+	// time.Now.
+	Now func() time.Time
+	// MaxBodySize bounds a request body; zero means 1 MiB.
+	MaxBodySize int64
+	// Logger receives refused calls and failures, with the token's name
+	// and never the token. Nil discards.
+	Logger *slog.Logger
+}
+
+// Handler serves the admin API.
+type Handler struct {
+	opts   Options
+	mux    *http.ServeMux
+	routes []string
+}
+
+// New returns the admin API's handler. It fails when a required option is
+// missing.
+func New(opts Options) (*Handler, error) {
+	var missing []string
+	for name, absent := range map[string]bool{
+		"Tokens": opts.Tokens == nil, "Overrides": opts.Overrides == nil, "Limiter": opts.Limiter == nil,
+		"Resetter": opts.Resetter == nil, "Audit": opts.Audit == nil,
+	} {
+		if absent {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		return nil, fmt.Errorf("admin: missing options %s", strings.Join(missing, ", "))
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.MaxBodySize <= 0 {
+		opts.MaxBodySize = 1 << 20
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	opts.Logger = opts.Logger.With("component", "admin")
+	h := &Handler{opts: opts, mux: http.NewServeMux()}
+	h.handle("POST /v1/overrides", h.createOverride)
+	h.handle("GET /v1/overrides", h.listOverrides)
+	h.handle("GET /v1/overrides/{id}", h.getOverride)
+	h.handle("DELETE /v1/overrides/{id}", h.deleteOverride)
+	h.handle("POST /v1/remaining", h.remaining)
+	h.handle("POST /v1/reset", h.reset)
+	h.handle("GET /v1/audit", h.auditLog)
+	return h, nil
+}
+
+// handle serves pattern with fn, for authenticated callers only.
+func (h *Handler) handle(pattern string, fn func(w http.ResponseWriter, r *http.Request, actor string)) {
+	h.routes = append(h.routes, pattern)
+	h.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		actor, ok := h.authenticate(r)
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate"`)
+			httpapi.WriteError(w, http.StatusUnauthorized, "a valid admin bearer token is required")
+			return
+		}
+		fn(w, r, actor)
+	})
+}
+
+// Routes returns the http.ServeMux patterns the handler serves.
+func (h *Handler) Routes() []string { return append([]string(nil), h.routes...) }
+
+// ServeHTTP serves the admin API.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+// authenticate returns the name of the token r presents, if it is valid.
+func (h *Handler) authenticate(r *http.Request) (string, bool) {
+	scheme, presented, found := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !found || !strings.EqualFold(scheme, "Bearer") {
+		h.opts.Logger.Warn("admin call without a bearer token refused", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
+		return "", false
+	}
+	name, ok := h.opts.Tokens.Authenticate(strings.TrimSpace(presented))
+	if !ok {
+		h.opts.Logger.Warn("admin call with an unknown token refused", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
+	}
+	return name, ok
+}
+
+// CreateRequest is the body of POST /v1/overrides. Exactly one of Limit
+// and Multiplier, and one of ExpiresIn (a Go duration such as "48h") and
+// ExpiresAt (RFC 3339), must be set.
+type CreateRequest struct {
+	Domain     string           `json:"domain"`
+	Entries    []override.Entry `json:"entries"`
+	Limit      *override.Limit  `json:"limit,omitempty"`
+	Multiplier *float64         `json:"multiplier,omitempty"`
+	ExpiresIn  *string          `json:"expires_in,omitempty"`
+	ExpiresAt  *time.Time       `json:"expires_at,omitempty"`
+	Reason     string           `json:"reason,omitempty"`
+}
+
+func (h *Handler) createOverride(w http.ResponseWriter, r *http.Request, actor string) {
+	var in CreateRequest
+	if err := h.decode(w, r, &in); err != nil {
+		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	o := override.Override{Domain: in.Domain, Entries: in.Entries, Limit: in.Limit, Reason: in.Reason, CreatedBy: actor}
+	if in.Multiplier != nil {
+		if *in.Multiplier <= 0 {
+			httpapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("multiplier: must be greater than 0, got %v", *in.Multiplier))
+			return
+		}
+		o.Multiplier = *in.Multiplier
+	}
+	switch {
+	case in.ExpiresIn == nil && in.ExpiresAt == nil:
+		httpapi.WriteError(w, http.StatusBadRequest, "expires_in or expires_at is required")
+		return
+	case in.ExpiresIn != nil && in.ExpiresAt != nil:
+		httpapi.WriteError(w, http.StatusBadRequest, "expires_in and expires_at: give one, not both")
+		return
+	case in.ExpiresAt != nil:
+		o.ExpiresAt = in.ExpiresAt.UTC()
+	default:
+		d, err := time.ParseDuration(*in.ExpiresIn)
+		if err != nil {
+			httpapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("expires_in: %v", err))
+			return
+		}
+		if d <= 0 {
+			httpapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("expires_in: must be positive, got %v", d))
+			return
+		}
+		o.ExpiresAt = h.opts.Now().Add(d).UTC()
+	}
+	created, err := h.opts.Overrides.Create(r.Context(), o)
+	if err != nil {
+		h.fail(w, "creating an override", err)
+		return
+	}
+	h.opts.Audit.Record(r.Context(), audit.Entry{
+		Actor: actor, Action: audit.ActionOverrideCreate, Target: created.ID, After: created, Reason: created.Reason,
+	})
+	w.Header().Set("Location", "/v1/overrides/"+created.ID)
+	httpapi.WriteJSON(w, http.StatusCreated, created)
+}
+
+// overrideList is the answer of GET /v1/overrides.
+type overrideList struct {
+	Overrides []override.Override `json:"overrides"`
+}
+
+func (h *Handler) listOverrides(w http.ResponseWriter, r *http.Request, _ string) {
+	list, err := h.opts.Overrides.List(r.Context(), r.URL.Query().Get("domain"))
+	if err != nil {
+		h.fail(w, "listing overrides", err)
+		return
+	}
+	if list == nil {
+		list = []override.Override{}
+	}
+	httpapi.WriteJSON(w, http.StatusOK, overrideList{Overrides: list})
+}
+
+func (h *Handler) getOverride(w http.ResponseWriter, r *http.Request, _ string) {
+	o, err := h.opts.Overrides.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		h.fail(w, "reading an override", err)
+		return
+	}
+	httpapi.WriteJSON(w, http.StatusOK, o)
+}
+
+func (h *Handler) deleteOverride(w http.ResponseWriter, r *http.Request, actor string) {
+	o, err := h.opts.Overrides.Delete(override.WithActor(r.Context(), actor), r.PathValue("id"))
+	if err != nil {
+		h.fail(w, "deleting an override", err)
+		return
+	}
+	h.opts.Audit.Record(r.Context(), audit.Entry{
+		Actor: actor, Action: audit.ActionOverrideDelete, Target: o.ID, Before: o, Reason: r.URL.Query().Get("reason"),
+	})
+	httpapi.WriteJSON(w, http.StatusOK, o)
+}
+
+// remaining answers the body of /v1/check as /v1/check would, with every
+// descriptor checked at cost 0, so that nothing is consumed. Its code
+// says whether one more hit would pass. It answers 200 even then: the
+// call succeeded, whatever the limits say.
+func (h *Handler) remaining(w http.ResponseWriter, r *http.Request, _ string) {
+	req, err := httpapi.ReadCheckRequest(w, r, h.opts.MaxBodySize)
+	if err != nil {
+		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	for i := range req.Descriptors {
+		d := &req.Descriptors[i]
+		d.Hits, d.HasHits, d.Refund = 0, true, false
+	}
+	resp, err := h.opts.Limiter.Check(r.Context(), req)
+	if err != nil {
+		h.fail(w, "checking what remains", err)
+		return
+	}
+	httpapi.WriteJSON(w, http.StatusOK, httpapi.NewCheckResponse(resp))
+}
+
+// resetResponse is the answer of POST /v1/reset.
+type resetResponse struct {
+	Domain string         `json:"domain"`
+	Reset  []resetCounter `json:"reset"`
+}
+
+// resetCounter is one counter a reset cleared.
+type resetCounter struct {
+	// Descriptor is the index of the request's descriptor.
+	Descriptor int     `json:"descriptor"`
+	Entries    []entry `json:"entries"`
+	// Rule is the path of the rule the descriptor resolved to, or "" for
+	// a counter no rule of the configuration holds.
+	Rule  string         `json:"rule,omitempty"`
+	Limit *httpapi.Limit `json:"limit,omitempty"`
+}
+
+func (h *Handler) reset(w http.ResponseWriter, r *http.Request, actor string) {
+	req, err := httpapi.ReadCheckRequest(w, r, h.opts.MaxBodySize)
+	if err != nil {
+		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	counters, err := h.opts.Resetter.Reset(r.Context(), req)
+	if err != nil {
+		h.fail(w, "resetting counters", err)
+		return
+	}
+	out := resetResponse{Domain: req.Domain, Reset: make([]resetCounter, len(counters))}
+	for i, c := range counters {
+		out.Reset[i] = resetCounter{Descriptor: c.Descriptor, Limit: httpapi.LimitJSON(c.Limit)}
+		if c.Descriptor >= 0 && c.Descriptor < len(req.Descriptors) {
+			for _, e := range req.Descriptors[c.Descriptor].Entries {
+				out.Reset[i].Entries = append(out.Reset[i].Entries, entry(e))
+			}
+		}
+		if c.Rule != nil {
+			out.Reset[i].Rule = c.Rule.Path
+		}
+	}
+	h.opts.Audit.Record(r.Context(), audit.Entry{
+		Actor: actor, Action: audit.ActionReset, Target: req.Domain, After: out, Reason: r.URL.Query().Get("reason"),
+	})
+	httpapi.WriteJSON(w, http.StatusOK, out)
+}
+
+// entry is a descriptor entry as the API writes it.
+type entry struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+// auditResponse is the answer of GET /v1/audit.
+type auditResponse struct {
+	Entries []audit.Entry `json:"entries"`
+}
+
+func (h *Handler) auditLog(w http.ResponseWriter, r *http.Request, _ string) {
+	limit := DefaultAuditLimit
+	if s := r.URL.Query().Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			httpapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("limit: want a positive number, got %q", s))
+			return
+		}
+		limit = n
+	}
+	httpapi.WriteJSON(w, http.StatusOK, auditResponse{Entries: h.opts.Audit.Last(limit)})
+}
+
+// decode decodes the JSON body of r into v, strictly: an unknown field or
+// anything after the value is an error.
+func (h *Handler) decode(w http.ResponseWriter, r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, h.opts.MaxBodySize))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("decoding request body: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errors.New("decoding request body: more than one JSON value")
+	}
+	return nil
+}
+
+// fail answers err, which happened while doing what: 400 for a refusal,
+// 404 for an unknown override, 501 for a store that cannot reset, 503
+// when the store is unavailable, else 500.
+func (h *Handler) fail(w http.ResponseWriter, doing string, err error) {
+	switch {
+	case errors.Is(err, override.ErrInvalid), errors.Is(err, limiter.ErrInvalidRequest):
+		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
+	case errors.Is(err, override.ErrNotFound):
+		httpapi.WriteError(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, limiter.ErrCannotReset):
+		httpapi.WriteError(w, http.StatusNotImplemented, doing+": "+err.Error())
+	case errors.Is(err, limiter.ErrUnavailable):
+		h.opts.Logger.Warn(doing+" failed", "error", err)
+		httpapi.WriteError(w, http.StatusServiceUnavailable, doing+": "+err.Error())
+	default:
+		h.opts.Logger.Error(doing+" failed", "error", err)
+		httpapi.WriteError(w, http.StatusInternalServerError, doing+": "+err.Error())
+	}
+}

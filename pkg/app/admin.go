@@ -1,0 +1,143 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/tollgatehq/tollgate/pkg/admin"
+	"github.com/tollgatehq/tollgate/pkg/audit"
+	"github.com/tollgatehq/tollgate/pkg/descriptor"
+	"github.com/tollgatehq/tollgate/pkg/httpapi"
+)
+
+// newAudit returns the audit log the settings ask for: JSON lines appended
+// to --audit-log, or on stderr without it.
+func (a *App) newAudit() (*audit.Log, error) {
+	var w io.Writer = os.Stderr
+	if path := a.settings.AuditLog; path != "" {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("opening the audit log: %w", err)
+		}
+		a.closers = append(a.closers, f.Close)
+		w = f
+	}
+	return audit.New(audit.Options{Logger: slog.New(slog.NewJSONHandler(w, nil))}), nil
+}
+
+// newTokens returns the admin tokens the settings configure, which may be
+// none.
+func (a *App) newTokens() (*admin.Tokens, error) {
+	return admin.NewTokens(admin.TokensOptions{
+		File:   a.settings.AdminTokenFile,
+		Env:    string(a.settings.AdminToken),
+		Logger: a.logger,
+	})
+}
+
+// newAdminAPI returns the admin API, or nil (so that its paths answer
+// 404) when no admin token is configured. It needs the limiter and the
+// override registry built.
+func (a *App) newAdminAPI() (httpapi.Routed, error) {
+	if !a.tokens.Enabled() {
+		return nil, nil
+	}
+	h, err := admin.New(admin.Options{
+		Tokens:    a.tokens,
+		Overrides: a.overrides,
+		Limiter:   a.limiter,
+		Resetter:  a.limiter,
+		Audit:     a.audit,
+		Logger:    a.logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.logger.Info("admin API on", "tokens", a.tokens.Names())
+	return h, nil
+}
+
+// reloadState is the audit's account of one descriptor configuration.
+type reloadState struct {
+	Hash string `json:"hash"`
+	// Added, Removed and Changed name the domains that differ from the
+	// configuration before; they are empty in the state before a reload.
+	Added   []string `json:"added,omitempty"`
+	Removed []string `json:"removed,omitempty"`
+	Changed []string `json:"changed,omitempty"`
+}
+
+// auditReload records a reload that swapped in tree, and remembers tree
+// for the next. The reloader calls it (through treeChanged) one call at a
+// time.
+func (a *App) auditReload(tree *descriptor.Tree) {
+	before := a.auditedTree
+	a.auditedTree = tree
+	after := reloadState{Hash: tree.Hash()}
+	after.Added, after.Removed, after.Changed = diffDomains(before, tree)
+	a.audit.Record(context.Background(), audit.Entry{
+		Actor: "reload", Action: audit.ActionReload, Target: a.reloadSource(),
+		Before: reloadState{Hash: before.Hash()}, After: after,
+	})
+}
+
+// reloadSource names where the rules come from, for the audit.
+func (a *App) reloadSource() string {
+	if a.settings.ConfigType == "xds" {
+		return "xds"
+	}
+	return a.settings.ConfigDir
+}
+
+// diffDomains returns the domains of after that before lacks, those of
+// before that after lacks, and those whose rules differ, each sorted.
+func diffDomains(before, after *descriptor.Tree) (added, removed, changed []string) {
+	old, cur := domainDumps(before), domainDumps(after)
+	for name, dump := range cur {
+		prev, ok := old[name]
+		switch {
+		case !ok:
+			added = append(added, name)
+		case prev != dump:
+			changed = append(changed, name)
+		}
+	}
+	for name := range old {
+		if _, ok := cur[name]; !ok {
+			removed = append(removed, name)
+		}
+	}
+	slices.Sort(added)
+	slices.Sort(removed)
+	slices.Sort(changed)
+	return added, removed, changed
+}
+
+// domainDumps returns the dump of each domain of t, by name. The tree's
+// dump lists its domains in name order, separated by blank lines, and a
+// blank line appears nowhere else (values that could be misread are
+// quoted).
+func domainDumps(t *descriptor.Tree) map[string]string {
+	names := t.Domains()
+	dumps := make(map[string]string, len(names))
+	if len(names) == 0 {
+		return dumps
+	}
+	parts := strings.Split(t.String(), "\n\n")
+	if len(parts) != len(names) {
+		// Not the documented form: every domain counts as changed.
+		for _, name := range names {
+			dumps[name] = t.Hash()
+		}
+		return dumps
+	}
+	for i, name := range names {
+		dumps[name] = parts[i]
+	}
+	return dumps
+}
