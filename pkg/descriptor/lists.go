@@ -11,6 +11,7 @@ package descriptor
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"maps"
@@ -83,6 +84,9 @@ func (r *valuesReader) read(name string) (string, error) {
 
 func (r *valuesReader) readFile(name string) valuesRead {
 	info, err := fs.Stat(r.fsys, name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return valuesRead{err: fmt.Errorf("%s does not exist", name)}
+	}
 	if err != nil {
 		return valuesRead{err: err}
 	}
