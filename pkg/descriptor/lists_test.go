@@ -258,3 +258,17 @@ func TestValuesFileTooManyErrors(t *testing.T) {
 		t.Errorf("%d lines, the last %q; want %d, the last the stop", len(lines), lines[len(lines)-1], maxErrors+1)
 	}
 }
+
+// TestValuesFileNotUTF8 checks that a line that is not UTF-8, as in a
+// binary file named by mistake, is an error with its line.
+func TestValuesFileNotUTF8(t *testing.T) {
+	fsys := fstest.MapFS{
+		"a.yaml":  {Data: []byte("domain: a\ndescriptors:\n  - key: k\n    values_file: bin.txt\n    action: deny\n")},
+		"bin.txt": {Data: []byte("ok\n\xff\xfe\x00\n")},
+	}
+	_, err := LoadFS(fsys, Options{})
+	want := "bin.txt:2: k in bin.txt: values_file: the line is not valid UTF-8"
+	if err == nil || err.Error() != want {
+		t.Errorf("LoadFS = %v, want %s", err, want)
+	}
+}
