@@ -70,7 +70,7 @@ func (t *Tree) digest() string {
 //	    100000 per day, fixed_window, charge always
 //	  api_key/endpoint="/list": limit, failure_mode=open
 //	    5000 per minute, fixed_window, precision cached
-//	  api_key in "lists/revoked.txt" (20000 values, 2 patterns, sha256 5e1f0c2a9b7d3e48): deny, failure_mode=open
+//	  api_key in "lists/revoked.txt" (20000 values, 2 patterns, digest 5e1f0c2a9b7d3e48): deny, failure_mode=open
 //
 // A values file is summed up rather than listed: its name, how many
 // exact values and patterns it holds and a digest of them, so that an

@@ -10,11 +10,14 @@ package descriptor
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"maps"
+	"math/bits"
 	"path"
 	"slices"
 	"strconv"
@@ -33,15 +36,15 @@ type valuesList struct {
 	file     string // as Error.File names it
 	exact    int    // exact values
 	patterns int
-	// digest is a hex prefix of the SHA-256 of the values, sorted, so that
-	// an edit changes the tree's hash and reordering or comments do not.
+	// digest is a digest of the set of values (digestSet), so that an
+	// edit changes the tree's hash and reordering or comments do not.
 	digest string
 }
 
 // summary describes l for the dump and explanations, such as "20000
-// values, 2 patterns, sha256 5e1f0c2a9b7d3e48".
+// values, 2 patterns, digest 5e1f0c2a9b7d3e48".
 func (l *valuesList) summary() string {
-	return fmt.Sprintf("%s, %s, sha256 %s", plural(l.exact, "value"), plural(l.patterns, "pattern"), l.digest)
+	return fmt.Sprintf("%s, %s, digest %s", plural(l.exact, "value"), plural(l.patterns, "pattern"), l.digest)
 }
 
 func plural(n int, what string) string {
@@ -83,29 +86,37 @@ func (r *valuesReader) read(name string) (string, error) {
 }
 
 func (r *valuesReader) readFile(name string) valuesRead {
-	info, err := fs.Stat(r.fsys, name)
+	f, err := r.fsys.Open(name)
 	if errors.Is(err, fs.ErrNotExist) {
 		return valuesRead{err: fmt.Errorf("%s does not exist", name)}
 	}
 	if err != nil {
 		return valuesRead{err: err}
 	}
-	if !info.Mode().IsRegular() {
-		return valuesRead{err: fmt.Errorf("%s is not a regular file", name)}
-	}
-	if info.Size() > maxValuesFileSize {
-		return valuesRead{err: fmt.Errorf("%s holds %d bytes, more than the %d MiB a values file may hold", name, info.Size(), maxValuesFileSize>>20)}
-	}
-	data, err := fs.ReadFile(r.fsys, name)
+	defer f.Close()
+	info, err := f.Stat()
 	if err != nil {
 		return valuesRead{err: err}
 	}
-	if len(data) > maxValuesFileSize { // grown since the Stat
-		return valuesRead{err: fmt.Errorf("%s holds more than the %d MiB a values file may hold", name, maxValuesFileSize>>20)}
+	if !info.Mode().IsRegular() {
+		return valuesRead{err: fmt.Errorf("%s is not a regular file", name)}
 	}
-	// The values are substrings of the file, so that a long list costs one
-	// allocation rather than one per value.
-	return valuesRead{data: string(data)}
+	tooLarge := fmt.Errorf("%s holds more than the %d MiB a values file may hold", name, maxValuesFileSize>>20)
+	if info.Size() > maxValuesFileSize {
+		return valuesRead{err: tooLarge}
+	}
+	// The values are substrings of one string holding the file, read into
+	// it directly: one allocation, not one per value or a copy of the file.
+	var b strings.Builder
+	b.Grow(int(info.Size()) + 1)
+	n, err := io.Copy(&b, io.LimitReader(f, maxValuesFileSize+1))
+	switch {
+	case err != nil:
+		return valuesRead{err: fmt.Errorf("reading %s: %w", name, err)}
+	case n > maxValuesFileSize: // grown since the Stat
+		return valuesRead{err: tooLarge}
+	}
+	return valuesRead{data: b.String()}
 }
 
 // names returns the files read without error, as Error.File names them,
@@ -194,14 +205,14 @@ func (b *domainBuilder) refFile(n *node) string {
 func (b *domainBuilder) addValues(g *group, n *node, data string) {
 	l := n.list
 	file := l.file
-	if lines := strings.Count(data, "\n") + 1; lines > len(g.exact) {
+	values := make([]string, 0, strings.Count(data, "\n")+1) // for the digest
+	if lines := cap(values); lines > len(g.exact) {
 		// Size the map for every line at once rather than grow it step by
 		// step; the few values already there are copied.
 		exact := make(map[string]exactRef, len(g.exact)+lines)
 		maps.Copy(exact, g.exact)
 		g.exact = exact
 	}
-	var values []string // for the digest
 	tooMany := false
 	for lineNo := 1; data != ""; lineNo++ {
 		line, rest, _ := strings.Cut(data, "\n")
@@ -217,10 +228,10 @@ func (b *domainBuilder) addValues(g *group, n *node, data string) {
 		case !utf8.ValidString(v):
 			b.errorIn(file, lineNo, n.path, "values_file: the line is not valid UTF-8")
 			continue
-		case strings.Contains(v, " #") || strings.Contains(v, "\t#"):
+		case trailingComment(v):
 			b.errorIn(file, lineNo, n.path, "values_file: %q: a comment must start a line of its own", v)
 			continue
-		case strings.Contains(v, "*"):
+		case strings.IndexByte(v, '*') >= 0:
 			if i := slices.IndexFunc(g.wild, func(w wildRef) bool { return w.value == v }); i >= 0 {
 				w := g.wild[i]
 				b.errorIn(file, lineNo, n.path, "duplicate value %q (first at %s)", v, location{b.refFile(w.node), w.line}.where(file))
@@ -245,12 +256,44 @@ func (b *domainBuilder) addValues(g *group, n *node, data string) {
 		}
 		values = append(values, v)
 	}
-	slices.Sort(values)
-	h := sha256.New()
+	l.digest = digestSet(values)
+}
+
+// digestSet returns a digest of the set of values that does not depend on
+// their order: the sum, modulo 2^256, of the SHA-256 of each value (an
+// additive set hash), cut to 64 bits in hex. Summing costs a third of
+// sorting a long list; a value listed twice is an error before this.
+func digestSet(values []string) string {
+	var sum [4]uint64
 	var buf []byte
 	for _, v := range values {
-		buf = append(append(buf[:0], v...), '\n')
-		h.Write(buf)
+		buf = append(buf[:0], v...)
+		h := sha256.Sum256(buf)
+		var carry uint64
+		for i := range sum {
+			word := binary.BigEndian.Uint64(h[8*(3-i):])
+			sum[i], carry = bits.Add64(sum[i], word, carry)
+		}
 	}
-	l.digest = hex.EncodeToString(h.Sum(nil)[:8])
+	var out [32]byte
+	for i := range sum {
+		binary.BigEndian.PutUint64(out[8*(3-i):], sum[i])
+	}
+	return hex.EncodeToString(out[:8])
+}
+
+// trailingComment reports whether v holds " #" or "\t#", which would make
+// a comment after a value part of it.
+func trailingComment(v string) bool {
+	for i := strings.IndexByte(v, '#'); i >= 0; {
+		if i > 0 && (v[i-1] == ' ' || v[i-1] == '\t') {
+			return true
+		}
+		j := strings.IndexByte(v[i+1:], '#')
+		if j < 0 {
+			return false
+		}
+		i += 1 + j
+	}
+	return false
 }

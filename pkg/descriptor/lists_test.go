@@ -126,7 +126,7 @@ func TestValuesFileCandidates(t *testing.T) {
 		t.Fatal(err)
 	}
 	x := tree.Domain("a").Explain(entries("t=x,k=zzz"))
-	want := `entry 2 (k=zzz) matches no descriptor under t=x; descriptors of key "k" there: k=inline, t=x/k in deny.txt (2 values, 1 pattern, sha256 ` +
+	want := `entry 2 (k=zzz) matches no descriptor under t=x; descriptors of key "k" there: k=inline, t=x/k in deny.txt (2 values, 1 pattern, digest ` +
 		tree.Domain("a").nodes[2].list.digest + ")"
 	if x.Reason != want {
 		t.Errorf("Reason = %q\nwant %q", x.Reason, want)
@@ -270,5 +270,23 @@ func TestValuesFileNotUTF8(t *testing.T) {
 	want := "bin.txt:2: k in bin.txt: values_file: the line is not valid UTF-8"
 	if err == nil || err.Error() != want {
 		t.Errorf("LoadFS = %v, want %s", err, want)
+	}
+}
+
+func TestTrailingComment(t *testing.T) {
+	for _, tt := range []struct {
+		v    string
+		want bool
+	}{
+		{"k1", false},
+		{"k#1", false},
+		{"a#b#c", false},
+		{"k1 # revoked", true},
+		{"k1\t#", true},
+		{"a#b #c", true},
+	} {
+		if got := trailingComment(tt.v); got != tt.want {
+			t.Errorf("trailingComment(%q) = %v, want %v", tt.v, got, tt.want)
+		}
 	}
 }
