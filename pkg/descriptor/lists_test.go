@@ -290,3 +290,42 @@ func TestTrailingComment(t *testing.T) {
 		}
 	}
 }
+
+// TestReadmeListExample loads the example of the README's "Lists in
+// files": its rules, under a domain, and its list file.
+func TestReadmeListExample(t *testing.T) {
+	data, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(data), "\n### Lists in files\n")
+	if !ok {
+		t.Fatal(`README.md has no "### Lists in files"`)
+	}
+	block := func(lang string) string {
+		_, rest, ok := strings.Cut(section, "\n```"+lang+"\n")
+		body, _, closed := strings.Cut(rest, "\n```\n")
+		if !ok || !closed {
+			t.Fatalf("the section has no %s block", lang)
+		}
+		return body + "\n"
+	}
+	fsys := fstest.MapFS{
+		"api.yaml":               {Data: []byte("domain: api\n" + block("yaml"))},
+		"lists/revoked-keys.txt": {Data: []byte(block("text"))},
+	}
+	tree, err := LoadFS(fsys, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := tree.Domain("api")
+	for key, want := range map[string]string{
+		"sk_live_4f9a0c7e": "api_key in lists/revoked-keys.txt",
+		"sk_test_9":        "api_key in lists/revoked-keys.txt",
+		"sk_live_other":    "api_key",
+	} {
+		if r := d.Match([]Entry{{Key: "api_key", Value: key}}); r == nil || r.Path != want {
+			t.Errorf("api_key=%s resolves to %v, want %s", key, r, want)
+		}
+	}
+}
