@@ -214,6 +214,7 @@ func (b *domainBuilder) addValues(g *group, n *node, data string) {
 		g.exact = exact
 	}
 	tooMany := false
+	data = strings.TrimPrefix(data, "\ufeff") // a byte-order mark some editors write
 	for lineNo := 1; data != ""; lineNo++ {
 		line, rest, _ := strings.Cut(data, "\n")
 		data = rest

@@ -42,7 +42,7 @@ sk_live_revoked
 sk_test_*
 old_*
 `)},
-		"partners.txt": {Data: []byte("acme\r\nglobex\r\n  partner_*  \r\n")},
+		"partners.txt": {Data: []byte("\ufeffacme\r\nglobex\r\n  partner_*  \r\n")},
 	}
 }
 
@@ -67,6 +67,7 @@ func TestValuesFileMatch(t *testing.T) {
 		{"api_key=sk_test_1", "api_key=sk_test_1", Step{Kind: ExactMatch, Line: 9}},
 		{"api_key=old_key", "api_key in lists/revoked.txt", Step{Kind: WildcardMatch, Pattern: "old_*", File: "lists/revoked.txt", Line: 4}},
 		{"api_key=sk_other", "api_key=sk_*", Step{Kind: WildcardMatch, Pattern: "sk_*", Line: 12}},
+		{"api_key=acme", "api_key in partners.txt", Step{Kind: ExactMatch, File: "partners.txt", Line: 1}},
 		{"api_key=globex", "api_key in partners.txt", Step{Kind: ExactMatch, File: "partners.txt", Line: 2}},
 		{"api_key=partner_9", "api_key in partners.txt", Step{Kind: WildcardMatch, Pattern: "partner_*", File: "partners.txt", Line: 3}},
 		{"api_key=acme,endpoint=/bulk", "api_key in partners.txt/endpoint=/bulk", Step{Kind: ExactMatch, Line: 19}},
