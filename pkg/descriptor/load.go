@@ -56,7 +56,8 @@ func (o Options) maxPatterns() int {
 // builds a Tree. Names that start with "." are skipped, files and
 // directories alike, so the "..data" and "..2026_…" directories of a
 // Kubernetes ConfigMap mount are read once, through the top-level symlinks.
-// Symlinks to files are followed; symlinks to directories are not.
+// Symlinks to files are followed; symlinks to directories are not. The
+// values files that values_file fields name are read from dir too.
 //
 // Loading is all-or-nothing: on any problem Load returns a nil Tree and
 // every problem found, each an *Error, joined with errors.Join. An empty

@@ -114,8 +114,10 @@ func (t *Tree) Domain(name string) *Domain {
 }
 
 // Hash returns the hex SHA-256 of a canonical form of t: equal for trees
-// that behave the same, whatever their files' names, order, comments or
-// formatting.
+// that behave the same, whatever their rule files' names, order, comments
+// or formatting. A values file counts by its name and the set of its
+// values, so an edit of one changes the hash and reordering its lines
+// does not.
 func (t *Tree) Hash() string {
 	if t == nil {
 		return ""
