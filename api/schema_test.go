@@ -181,6 +181,15 @@ var goldenClasses = []struct {
 	mirrored bool
 }{
 	// Left to the decoder.
+	{"want a path inside the configuration directory", false},
+	{`names starting with "." are hidden`, false},
+	{"file is loaded as rules", false},
+	{"does not exist", false},
+	{"is not a regular file", false},
+	{"duplicate value", false},
+	{"a comment must start a line of its own", false},
+	{"is not valid UTF-8", false},
+	{"cannot name files", false},
 	{"(the algorithm comes from ", false},
 	{"duplicate descriptor", false},
 	{"is already defined in", false},
@@ -214,6 +223,7 @@ var goldenClasses = []struct {
 	{"cannot both be set", true},
 	{"the list is empty", true},
 	{"cannot be combined with", true},
+	{"values_file is empty", true},
 	{"must be the only limit", true},
 	{"has no effect on a descriptor without", true},
 	{"share_threshold needs a wildcard value", true},
@@ -410,6 +420,13 @@ func TestSchemaRules(t *testing.T) {
 		{"unit_multiplier zero", limit("unit: minute, requests_per_unit: 1, unit_multiplier: 0"), "/descriptors/0/rate_limit/unit_multiplier minimum"},
 		{"replaces without name", limit("unit: second, requests_per_unit: 1, replaces: [{}]"), "/descriptors/0/rate_limit/replaces/0 required"},
 		{"replaces empty name", limit("unit: second, requests_per_unit: 1, replaces: [{name: \"\"}]"), "/descriptors/0/rate_limit/replaces/0/name minLength"},
+		{"values_file", head + "    values_file: list.txt\n    action: deny\n    descriptors: [{key: b, action: allow}]\n", ""},
+		{"values_file with a null value", head + "    value: null\n    values_file: list.txt\n", ""},
+		{"values_file with value", head + "    value: x\n    values_file: list.txt\n", "/descriptors/0 Not"},
+		{"values_file with a number value", head + "    value: 7\n    values_file: list.txt\n", "/descriptors/0 Not"},
+		{"values_file empty", head + "    values_file: \"\"\n", "/descriptors/0/values_file minLength"},
+		{"values_file null", head + "    values_file: null\n", "/descriptors/0/values_file type"},
+		{"values_file a list", head + "    values_file: [list.txt]\n", "/descriptors/0/values_file type"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -424,7 +441,8 @@ func TestSchemaRules(t *testing.T) {
 			case tt.want != "" && !slices.Contains(got, tt.want):
 				t.Errorf("schema failures %q, want one %q", got, tt.want)
 			}
-			_, decodeErr := descriptor.LoadFS(fstest.MapFS{"f.yaml": {Data: []byte(tt.yaml)}}, descriptor.Options{})
+			// list.txt is there for the cases that name it as a values file.
+			_, decodeErr := descriptor.LoadFS(fstest.MapFS{"f.yaml": {Data: []byte(tt.yaml)}, "list.txt": {Data: []byte("v\n")}}, descriptor.Options{})
 			if (decodeErr == nil) != (err == nil) {
 				t.Errorf("the decoder disagrees: it returns %v", decodeErr)
 			}

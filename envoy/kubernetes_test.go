@@ -590,7 +590,7 @@ metadata:
 data:
 `)
 	for _, e := range entries {
-		if e.IsDir() || !strings.HasSuffix(e.Name(), ".yaml") {
+		if e.IsDir() { // the rules and the values files they name
 			continue
 		}
 		data, err := os.ReadFile(path.Join(configExamples, e.Name()))

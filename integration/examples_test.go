@@ -49,6 +49,7 @@ func TestExamplesBehaveAsDocumented(t *testing.T) {
 			{0, "api_key=sk_internal_leaked", 0, true},
 			{0, "api_key=sk_internal_build", 10000, false},
 			{0, "api_key=sk_revoked_2024", 0, true},
+			{0, "api_key=k_revoked_2026_002", 0, true},
 			{0, "api_key=k1", 60, true},
 			{time.Second, "api_key=k1", 1, true},
 			{0, "remote_address=10.1.2.3", 1000, false},

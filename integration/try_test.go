@@ -31,7 +31,7 @@ func TestTryItAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	examples, err := filepath.Glob("../config-examples/*.yaml")
+	examples, err := filepath.Glob("../config-examples/*") // rules and the values files they name
 	if err != nil || len(examples) == 0 {
 		t.Fatalf("config-examples: %v", err)
 	}

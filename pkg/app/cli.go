@@ -267,8 +267,8 @@ func newCheckCommand(c cli) *cobra.Command {
 		Short: "Validate a descriptor configuration directory as serve would load it",
 		Long: `Validate the descriptor configuration in DIR (default: --config-dir) with
 serve's flags, TOLLGATE_* environment and --settings file, so that it accepts
-exactly what serve accepts. Prints every error with file, line and descriptor
-path, and exits 1 if there is any.`,
+exactly what serve accepts, values files included. Prints every error with
+file, line and descriptor path, and exits 1 if there is any.`,
 		ValidArgsFunction: completeDir,
 	}
 	settings := settingsFlags(flags(cmd))
@@ -278,7 +278,15 @@ path, and exits 1 if there is any.`,
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(c.stdout, "ok: %d domains, hash %s\n", len(tree.Domains()), tree.Hash())
+		lists := ""
+		switch n := len(tree.ValuesFiles()); n {
+		case 0:
+		case 1:
+			lists = "1 values file, "
+		default:
+			lists = fmt.Sprintf("%d values files, ", n)
+		}
+		fmt.Fprintf(c.stdout, "ok: %d domains, %shash %s\n", len(tree.Domains()), lists, tree.Hash())
 		return nil
 	}
 	return cmd

@@ -51,6 +51,44 @@ func TestCheckReportsEveryError(t *testing.T) {
 	}
 }
 
+// TestCheckValuesFiles checks that check reads the values files the rules
+// name, counts them, and reports a bad line with its file and line; and
+// that explain names the file and line a value comes from.
+func TestCheckValuesFiles(t *testing.T) {
+	dir := t.TempDir()
+	files := map[string]string{
+		"keys.yaml":         "domain: keys\ndescriptors:\n  - key: api_key\n    values_file: lists/revoked.txt\n    action: deny\n",
+		"lists/revoked.txt": "# revoked\nk1\nk2\nsk_old_*\n",
+	}
+	for name, body := range files {
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, errOut := runMain("check", dir)
+	if code != 0 || !strings.HasPrefix(out, "ok: 1 domains, 1 values file, hash ") {
+		t.Fatalf("check: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	code, out, errOut = runMain("explain", dir, "--domain", "keys", "--descriptor", "api_key=sk_old_7")
+	want := "  1. api_key=sk_old_7: wildcard \"sk_old_*\" -> api_key in lists/revoked.txt (" + filepath.Join(dir, "lists", "revoked.txt") + " line 4)\n"
+	if code != 0 || !strings.Contains(out, want) {
+		t.Fatalf("explain: exit %d\nstdout: %s\nstderr: %s\nwant a line %q", code, out, errOut, want)
+	}
+
+	if err := os.WriteFile(filepath.Join(dir, "lists", "revoked.txt"), []byte("k1\nk2\nk1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut = runMain("check", dir)
+	want = filepath.Join(dir, "lists", "revoked.txt") + `:3: api_key in lists/revoked.txt: duplicate value "k1" (first at line 1)`
+	if code != 1 || !strings.Contains(errOut, want) {
+		t.Fatalf("check of a bad list: exit %d, stderr %s; want exit 1 and %s", code, errOut, want)
+	}
+}
+
 func TestExplain(t *testing.T) {
 	code, out, errOut := runMain("explain", "../../config-examples", "--domain", "tiers", "--descriptor", "tier=free")
 	if code != 0 || !strings.Contains(out, "tier") || !strings.Contains(out, "exact") {

@@ -2,9 +2,12 @@ package descriptor
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"testing/fstest"
+	"time"
 )
 
 // benchConfig returns a domain of 10 101 descriptors: 90 tenants and a
@@ -73,5 +76,125 @@ func BenchmarkLoad(b *testing.B) {
 		if _, err := LoadFS(fsys, Options{}); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// listKey returns the i-th key of a benchmark deny list: 40 characters,
+// like an API key.
+func listKey(i int) string {
+	return fmt.Sprintf("sk_live_%032x", uint64(i)*0x9e3779b97f4a7c15)
+}
+
+// listFiles returns a domain whose api_key values are denied, counted at
+// 60 a minute otherwise. With list, the denied values are the lines of
+// lists/revoked.txt, 100 000 keys under a comment; without, the one
+// inline value listKey(0): the plain rule the list is measured against.
+func listFiles(list bool) map[string]string {
+	const rest = "  - key: api_key\n    rate_limit: {unit: minute, requests_per_unit: 60}\n"
+	if !list {
+		return map[string]string{"api.yaml": "domain: api\ndescriptors:\n  - key: api_key\n    value: " + listKey(0) + "\n    action: deny\n" + rest}
+	}
+	var b strings.Builder
+	b.WriteString("# Revoked keys, one per line.\n")
+	for i := range 100_000 {
+		b.WriteString(listKey(i))
+		b.WriteByte('\n')
+	}
+	return map[string]string{
+		"api.yaml":          "domain: api\ndescriptors:\n  - key: api_key\n    values_file: lists/revoked.txt\n    action: deny\n" + rest,
+		"lists/revoked.txt": b.String(),
+	}
+}
+
+// BenchmarkMatchList compares a Match against a 100 000-line deny list
+// with one against a plain rule, for a denied key (the last of the list)
+// and a key that falls through to the default. The machine is shared, so
+// the two alternate in rounds of 1000 calls within one loop, and the
+// benchmark reports each one's ns per call and the ratio of the two.
+func BenchmarkMatchList(b *testing.B) {
+	domains := map[bool]*Domain{}
+	for _, list := range []bool{false, true} {
+		fsys := fstest.MapFS{}
+		for name, data := range listFiles(list) {
+			fsys[name] = &fstest.MapFile{Data: []byte(data)}
+		}
+		tree, err := LoadFS(fsys, Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		domains[list] = tree.Domain("api")
+	}
+	for _, bc := range []struct {
+		name          string
+		plain, listed string
+		deny          bool
+	}{
+		{"denied", listKey(0), listKey(99_999), true},
+		{"counted", "sk_live_not_listed_0000000000000000000000", "sk_live_not_listed_0000000000000000000000", false},
+	} {
+		plain := []Entry{{Key: "api_key", Value: bc.plain}}
+		listed := []Entry{{Key: "api_key", Value: bc.listed}}
+		for list, es := range map[bool][]Entry{false: plain, true: listed} {
+			if r := domains[list].Match(es); r == nil || (r.Action == ActionDeny) != bc.deny {
+				b.Fatalf("%s, list %v: Match = %+v", bc.name, list, r)
+			}
+		}
+		b.Run(bc.name, func(b *testing.B) {
+			interleave(b,
+				func() { domains[false].Match(plain) },
+				func() { domains[true].Match(listed) })
+		})
+	}
+}
+
+// interleave runs plain and list in alternating rounds of 1000 calls
+// until the benchmark's loop ends, and reports the ns per call of each
+// and their ratio, list over plain. One op is one round of each.
+func interleave(b *testing.B, plain, list func()) {
+	const round = 1000
+	var spent [2]time.Duration
+	b.ReportAllocs()
+	for b.Loop() {
+		for i, f := range [2]func(){plain, list} {
+			start := time.Now()
+			for range round {
+				f()
+			}
+			spent[i] += time.Since(start)
+		}
+	}
+	calls := float64(b.N) * round
+	b.ReportMetric(float64(spent[0].Nanoseconds())/calls, "plain-ns/call")
+	b.ReportMetric(float64(spent[1].Nanoseconds())/calls, "list-ns/call")
+	b.ReportMetric(float64(spent[1])/float64(spent[0]), "list/plain")
+}
+
+// BenchmarkLoadList measures loading a directory that holds a 100 000-line
+// deny list, against the same rules with one inline value: read, decode,
+// validate, hash.
+func BenchmarkLoadList(b *testing.B) {
+	for _, list := range []bool{false, true} {
+		dir := b.TempDir()
+		for name, data := range listFiles(list) {
+			p := filepath.Join(dir, filepath.FromSlash(name))
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				b.Fatal(err)
+			}
+			if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+				b.Fatal(err)
+			}
+		}
+		name := "plain"
+		if list {
+			name = "list100k"
+		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Load(dir, Options{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

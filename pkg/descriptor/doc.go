@@ -22,7 +22,8 @@
 //     it, see pkg/store/cached);
 //   - on a descriptor: rate_limits, a list of rate_limit objects that must
 //     all pass; action (allow: admit without counting; deny: always
-//     OVER_LIMIT); failure_mode (open, closed or local);
+//     OVER_LIMIT); failure_mode (open, closed or local); values_file, a
+//     file of values in place of value (see Values files);
 //   - on the domain: defaults (algorithm, failure_mode, burst, charge,
 //     precision) and shard_by, the entry key whose value forms the Redis
 //     hash tag.
@@ -101,6 +102,46 @@
 // request's value.
 //
 // Match does not allocate. Explain gives the same answer step by step.
+//
+// # Values files
+//
+// A descriptor may take its values from a file instead of value:
+// values_file names a file of the configuration directory, relative to
+// it ("lists/revoked-keys.txt"; not outside it, not hidden, not *.yaml or
+// *.yml). The file holds one exact value or "*" pattern per line; spaces
+// around a value are trimmed, and blank lines and lines starting with "#"
+// are skipped ("#" after a value is an error rather than part of it). The
+// descriptor stands for one descriptor per value, all with its action or
+// limits and its nested descriptors: its exact values join the exact
+// values of its key at its level, and its patterns join the wildcards at
+// its place among them, in line order. So with
+//
+//	descriptors:
+//	  - key: api_key
+//	    value: sk_test_1            # (1)
+//	    action: allow
+//	  - key: api_key
+//	    values_file: revoked.txt    # (2) holds sk_live_9 and sk_test_*
+//	    action: deny
+//	  - key: api_key
+//	    value: sk_*                 # (3)
+//	    rate_limit: {unit: second, requests_per_unit: 5}
+//
+// [api_key=sk_test_1] resolves to (1), exact before any pattern;
+// [api_key=sk_live_9] and [api_key=sk_test_2] to (2); [api_key=sk_x] to
+// (3). Every value is counted on its own, as for an exact descriptor, and
+// the rule's Path names the file ("api_key in revoked.txt"), so metrics
+// stay bounded however long the list.
+//
+// Exact values are looked up in one hash map, so their number does not
+// change the cost of a request; patterns are tried in turn and count
+// against Options.MaxPatterns. A value listed twice, in one file or in
+// the file and a sibling descriptor, is an error naming the values file
+// and its line. Tree.ValuesFiles names the files read, for a watcher; the
+// dump shows each file's counts and a digest of its values, so editing a
+// values file changes the tree's hash. Rules that do not come from a
+// directory, such as those delivered over xDS, set
+// Options.RefuseValuesFiles.
 //
 // # Loading
 //

@@ -70,6 +70,11 @@ func (t *Tree) digest() string {
 //	    100000 per day, fixed_window, charge always
 //	  api_key/endpoint="/list": limit, failure_mode=open
 //	    5000 per minute, fixed_window, precision cached
+//	  api_key in "lists/revoked.txt" (20000 values, 2 patterns, digest 5e1f0c2a9b7d3e48): deny, failure_mode=open
+//
+// A values file is summed up rather than listed: its name, how many
+// exact values and patterns it holds and a digest of them, so that an
+// edit of the file changes the hash.
 func (t *Tree) WriteTo(w io.Writer) (int64, error) {
 	n, err := io.WriteString(w, t.String())
 	return int64(n), err
@@ -102,6 +107,11 @@ func (d *Domain) write(b dumpWriter) {
 	for _, n := range d.nodes {
 		b.WriteString("  ")
 		b.WriteString(n.quotedPath)
+		if n.list != nil {
+			b.WriteString(" (")
+			b.WriteString(n.list.summary())
+			b.WriteByte(')')
+		}
 		if n.rule == nil {
 			b.WriteString(": no rule\n")
 			continue

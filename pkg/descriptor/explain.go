@@ -33,9 +33,13 @@ type Step struct {
 	Kind  MatchKind
 	// Pattern is the matched descriptor's value when Kind is WildcardMatch.
 	Pattern string
-	// Path and Line name the matched descriptor and where it is defined;
-	// empty and 0 when Kind is NoMatch.
+	// Path names the matched descriptor; empty when Kind is NoMatch.
 	Path string
+	// File is the values file that holds the matched value or pattern, or
+	// "" when the domain's file does.
+	File string
+	// Line is where the matched value is defined: in File when it is set,
+	// else in the domain's file; 0 when Kind is NoMatch.
 	Line int
 }
 
@@ -80,7 +84,8 @@ func (d *Domain) Explain(entries []Entry) Explanation {
 			}
 			return x
 		}
-		m, kind := lv.lookup(&e)
+		h := lv.lookup(&e)
+		m := h.node
 		if m == nil {
 			x.Steps = append(x.Steps, Step{Entry: e})
 			where := "at the top level"
@@ -90,9 +95,9 @@ func (d *Domain) Explain(entries []Entry) Explanation {
 			x.Reason = fmt.Sprintf("entry %d (%s) matches no descriptor %s; %s", i+1, entryString(e), where, lv.candidates(e.Key))
 			return x
 		}
-		s := Step{Entry: e, Kind: kind, Path: m.path, Line: m.line}
-		if kind == WildcardMatch {
-			s.Pattern = m.value
+		s := Step{Entry: e, Kind: h.kind, Path: m.path, Line: h.line, Pattern: h.pattern}
+		if m.list != nil {
+			s.File = m.list.file
 		}
 		x.Steps = append(x.Steps, s)
 		n, lv = m, m.children
@@ -113,12 +118,25 @@ func (lv *level) candidates(key string) string {
 	var list []string
 	var what string
 	if g := lv.groups[key]; g != nil {
-		for v := range g.exact {
-			list = append(list, key+"="+v)
+		var lists []*node // values files, in the order of their first value
+		for v, r := range g.exact {
+			if r.node.list == nil {
+				list = append(list, key+"="+v)
+			} else if !slices.Contains(lists, r.node) {
+				lists = append(lists, r.node)
+			}
 		}
 		slices.Sort(list)
-		for _, n := range g.wild {
-			list = append(list, key+"="+n.value+" (wildcard)")
+		for _, w := range g.wild {
+			if w.node.list == nil {
+				list = append(list, key+"="+w.value+" (wildcard)")
+			} else if !slices.Contains(lists, w.node) {
+				lists = append(lists, w.node)
+			}
+		}
+		slices.SortFunc(lists, func(a, b *node) int { return strings.Compare(a.path, b.path) })
+		for _, n := range lists {
+			list = append(list, fmt.Sprintf("%s (%s)", n.path, n.list.summary()))
 		}
 		what = fmt.Sprintf("descriptors of key %q there", key)
 	} else {
@@ -158,7 +176,11 @@ func (x Explanation) String() string {
 		default:
 			b.WriteString(s.Kind.String())
 		}
-		fmt.Fprintf(&b, " -> %s (line %d)\n", s.Path, s.Line)
+		if s.File != "" {
+			fmt.Fprintf(&b, " -> %s (%s line %d)\n", s.Path, s.File, s.Line)
+		} else {
+			fmt.Fprintf(&b, " -> %s (line %d)\n", s.Path, s.Line)
+		}
 	}
 	if x.Rule == nil {
 		fmt.Fprintf(&b, "no rule: %s\n", x.Reason)

@@ -36,6 +36,10 @@ type Options struct {
 	// turn (exact values are looked up at once, whatever their number).
 	// Zero means DefaultMaxPatterns.
 	MaxPatterns int
+	// RefuseValuesFiles, when set, names where the rules come from, such
+	// as "xDS", and makes every values_file an error: such rules have no
+	// directory to read files from.
+	RefuseValuesFiles string
 }
 
 // DefaultMaxPatterns is the default of Options.MaxPatterns.
@@ -52,7 +56,8 @@ func (o Options) maxPatterns() int {
 // builds a Tree. Names that start with "." are skipped, files and
 // directories alike, so the "..data" and "..2026_…" directories of a
 // Kubernetes ConfigMap mount are read once, through the top-level symlinks.
-// Symlinks to files are followed; symlinks to directories are not.
+// Symlinks to files are followed; symlinks to directories are not. The
+// values files that values_file fields name are read from dir too.
 //
 // Loading is all-or-nothing: on any problem Load returns a nil Tree and
 // every problem found, each an *Error, joined with errors.Join. An empty
@@ -91,7 +96,8 @@ func load(fsys fs.FS, display func(string) string, opts Options) (*Tree, error) 
 	var errs errorList
 	files := findFiles(fsys, display, &errs)
 	t := &Tree{domains: map[string]*Domain{}}
-	for i, f := range parseFiles(fsys, display, files, opts) {
+	values := newValuesReader(fsys, display)
+	for i, f := range parseFiles(fsys, display, files, opts, values) {
 		errs = append(errs, f.errs...)
 		d := f.domain
 		if d == nil {
@@ -110,6 +116,7 @@ func load(fsys fs.FS, display func(string) string, opts Options) (*Tree, error) 
 		t.names = append(t.names, name)
 	}
 	slices.Sort(t.names)
+	t.valuesFiles = values.names()
 	t.hash = t.digest()
 	return t, nil
 }
@@ -127,7 +134,7 @@ type parsedFile struct {
 // the order of files and the same as one goroutine's: each file has its
 // own parser and error list. A panic is raised again in the caller's
 // goroutine, so that a caller that recovers from panics still can.
-func parseFiles(fsys fs.FS, display func(string) string, files []string, opts Options) []parsedFile {
+func parseFiles(fsys fs.FS, display func(string) string, files []string, opts Options, values *valuesReader) []parsedFile {
 	out := make([]parsedFile, len(files))
 	data := make([][]byte, len(files))
 	for i, name := range files {
@@ -146,7 +153,7 @@ func parseFiles(fsys fs.FS, display func(string) string, files []string, opts Op
 				out[i].panic = r
 			}
 		}()
-		p := newParser(display(files[i]), opts, &out[i].errs)
+		p := newParser(display(files[i]), opts, values, &out[i].errs)
 		out[i].domain = p.parseFile(data[i])
 		data[i] = nil // let the collector have it
 	}

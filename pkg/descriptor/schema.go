@@ -38,7 +38,7 @@ const (
 	fileFields       fieldSet = "domain descriptors defaults shard_by"
 	defaultsFields   fieldSet = "algorithm failure_mode burst charge precision"
 	descriptorFields fieldSet = "key value rate_limit descriptors shadow_mode quota_mode detailed_metric value_to_metric share_threshold metadata " +
-		"rate_limits action failure_mode"
+		"rate_limits action failure_mode values_file"
 	limitFields    fieldSet = "unit requests_per_unit unlimited name replaces algorithm burst unit_multiplier charge precision"
 	replacesFields fieldSet = "name"
 )
@@ -46,12 +46,14 @@ const (
 // parser decodes and validates one file.
 type parser struct {
 	yamlReader
-	opts Options
+	opts   Options
+	values *valuesReader // shared by the parsers of one load
 }
 
-// newParser returns a parser of file that records its problems in errs.
-func newParser(file string, opts Options, errs *errorList) *parser {
-	return &parser{yamlReader: newYAMLReader(file, errs), opts: opts}
+// newParser returns a parser of file that records its problems in errs
+// and reads values files through values.
+func newParser(file string, opts Options, values *valuesReader, errs *errorList) *parser {
+	return &parser{yamlReader: newYAMLReader(file, errs), opts: opts, values: values}
 }
 
 // parseFile decodes one file into a domain. It returns nil if the file
@@ -103,6 +105,9 @@ type domainBuilder struct {
 	keys        map[string]bool // every descriptor key
 	refs        []replaceRef
 	noShared    []string // maxDepth times ""
+	// listData holds the content of each list node's values file until
+	// the node's level takes its values.
+	listData map[*node]string
 }
 
 // replaceRef is one replaces entry, checked once every name is known.
@@ -121,7 +126,8 @@ func (p *parser) domain(root *yaml.Node) *Domain {
 	}
 	p.report(fs, "")
 	d := &Domain{file: p.file, line: root.Line}
-	b := &domainBuilder{parser: p, d: d, names: map[string]bool{}, keys: map[string]bool{}, noShared: make([]string, maxDepth)}
+	b := &domainBuilder{parser: p, d: d, names: map[string]bool{}, keys: map[string]bool{}, noShared: make([]string, maxDepth),
+		listData: map[*node]string{}}
 
 	nameF := fs.get("domain")
 	name, ok := p.str(nameF, "", "")
@@ -231,7 +237,7 @@ func (b *domainBuilder) level(seqNode *yaml.Node, parent *node, parentPath strin
 		return nil
 	}
 	lv := &level{groups: map[string]*group{}}
-	seen := map[Entry]int{}
+	seen := map[sibling]int{}
 	for i, item := range seq.Content {
 		n := b.descriptor(item, parent, parentPath, i, depth)
 		if b.exhausted {
@@ -240,7 +246,10 @@ func (b *domainBuilder) level(seqNode *yaml.Node, parent *node, parentPath strin
 		if n == nil {
 			continue
 		}
-		id := Entry{Key: n.key, Value: n.value}
+		id := sibling{key: n.key, value: n.value}
+		if n.list != nil {
+			id.list = n.list.name
+		}
 		if first, dup := seen[id]; dup {
 			b.errorAt(n.line, n.path, "duplicate descriptor (first at line %d)", first)
 			continue
@@ -252,25 +261,47 @@ func (b *domainBuilder) level(seqNode *yaml.Node, parent *node, parentPath strin
 			lv.groups[n.key] = g
 		}
 		switch {
+		case n.list != nil:
+			if data, ok := b.listData[n]; ok {
+				delete(b.listData, n)
+				b.addValues(g, n, data)
+			}
 		case n.wildcard:
+			// An equal pattern here comes from a values file; seen has
+			// those of the domain's file.
+			if j := slices.IndexFunc(g.wild, func(w wildRef) bool { return w.value == n.value }); j >= 0 {
+				w := g.wild[j]
+				b.errorAt(n.line, n.path, "duplicate descriptor (first at %s)", location{b.refFile(w.node), w.line}.where(b.file))
+				continue
+			}
 			if len(g.wild) == b.opts.maxPatterns() {
 				b.errorAt(n.line, n.path, "more than %d wildcard values of key %q at one level: a request tries them in turn (Options.MaxPatterns)", len(g.wild), n.key)
 				continue
 			}
-			g.wild = append(g.wild, n)
+			g.wild = append(g.wild, wildRef{pattern: compileGlob(n.value), value: n.value, node: n, line: n.line})
 		case n.value == "":
 			g.deflt = n
 		default:
-			if g.exact == nil {
-				g.exact = map[string]*node{}
+			if r, dup := g.exact[n.value]; dup {
+				b.errorAt(n.line, n.path, "duplicate descriptor (first at %s)", location{b.refFile(r.node), r.line}.where(b.file))
+				continue
 			}
-			g.exact[n.value] = n
+			if g.exact == nil {
+				g.exact = map[string]exactRef{}
+			}
+			g.exact[n.value] = exactRef{node: n, line: n.line}
 		}
 	}
 	if len(lv.groups) == 0 {
 		return nil
 	}
 	return lv
+}
+
+// sibling identifies a descriptor among its siblings: by key and value,
+// or by key and values file.
+type sibling struct {
+	key, value, list string
 }
 
 // limitSpec is one decoded rate_limit object.
@@ -317,25 +348,51 @@ func (b *domainBuilder) descriptor(item *yaml.Node, parent *node, parentPath str
 		return nil
 	}
 	value, _ := b.str(fs.get("value"), joinPath(parentPath, key), "")
-	path := segmentPath(parentPath, key, value)
-	b.report(fs, path)
-
-	n := &node{key: key, value: value, path: path, line: keyF.key.Line, depth: depth, parent: parent}
+	valuesF := fs.get("values_file")
+	listName := ""
+	if valuesF != nil {
+		listName, _ = b.str(valuesF, joinPath(parentPath, key), "")
+	}
 	parentQuoted := ""
 	if parent != nil {
 		parentQuoted = parent.quotedPath
 	}
-	qkey, qvalue := quote(key), value
-	if value != "" {
-		qvalue = quote(value)
-	}
-	if qkey == key && qvalue == value && parentQuoted == parentPath {
-		n.quotedPath = path // nothing needs quoting
+	var path, quotedPath string
+	if listName != "" {
+		path = joinPath(parentPath, key+" in "+listName)
+		quotedPath = joinPath(parentQuoted, quote(key)+" in "+quote(listName))
 	} else {
-		n.quotedPath = segmentPath(parentQuoted, qkey, qvalue)
+		path = segmentPath(parentPath, key, value)
+		qkey, qvalue := quote(key), value
+		if value != "" {
+			qvalue = quote(value)
+		}
+		if qkey == key && qvalue == value && parentQuoted == parentPath {
+			quotedPath = path // nothing needs quoting
+		} else {
+			quotedPath = segmentPath(parentQuoted, qkey, qvalue)
+		}
 	}
-	if strings.Contains(value, "*") {
-		n.wildcard, n.pattern = true, compileGlob(value)
+	b.report(fs, path)
+
+	n := &node{key: key, value: value, path: path, quotedPath: quotedPath, line: keyF.key.Line, depth: depth, parent: parent}
+	n.wildcard = strings.Contains(value, "*")
+	if valuesF != nil {
+		// The node is a list even when its file is wrong, so that it is
+		// not taken for the key's default.
+		n.list = &valuesList{name: listName}
+		switch {
+		case listName == "" && valuesF.val.Kind == yaml.ScalarNode:
+			b.errorf(valuesF.val, path, "values_file is empty")
+		case listName == "":
+			// reported by str
+		case value != "":
+			b.errorf(valuesF.key, path, "values_file cannot be combined with value: the file holds the descriptor's values")
+		default:
+			if data, ok := b.valuesFile(valuesF, listName, n); ok {
+				b.listData[n] = data
+			}
+		}
 	}
 	b.keys[key] = true
 	b.d.nodes = append(b.d.nodes, n)

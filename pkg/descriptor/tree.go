@@ -11,6 +11,9 @@ type Tree struct {
 	domains map[string]*Domain
 	names   []string // sorted
 	hash    string
+	// valuesFiles are the files values_file named, sorted, as Error.File
+	// names them.
+	valuesFiles []string
 }
 
 // Domain is one domain of a Tree: the descriptors of one configuration file.
@@ -40,19 +43,49 @@ type level struct {
 }
 
 // group holds the siblings of one key, in the order Match tries them.
+// The values of a values file join the exact values and the patterns of
+// the group, each pointing at the file's one node.
 type group struct {
-	exact map[string]*node // by value
-	wild  []*node          // wildcard values, in configuration order
-	deflt *node            // the key-only node, or nil
+	exact map[string]exactRef // by value
+	wild  []wildRef           // patterns, in configuration order
+	deflt *node               // the key-only node, or nil
+}
+
+// exactRef is an exact value of a group: the node it leads to and the
+// line that defines it, in the node's values file if it has one.
+type exactRef struct {
+	node *node
+	line int
+}
+
+// wildRef is a pattern of a group, like exactRef.
+type wildRef struct {
+	pattern glob
+	value   string
+	node    *node
+	line    int
+}
+
+// hit is what lookup found for an entry.
+type hit struct {
+	node *node
+	kind MatchKind
+	// line is where the matched value is defined: in node's values file
+	// when it has one, else in the domain's file.
+	line int
+	// pattern is the matched pattern of a WildcardMatch.
+	pattern string
 }
 
 // node is one descriptor of the configuration.
 type node struct {
 	key      string
-	value    string // "" for a key-only default
+	value    string // "" for a key-only default and a values file
 	wildcard bool
-	pattern  glob
-	path     string
+	// list describes the values file the node takes its values from, or
+	// is nil for a node with one value (or none).
+	list *valuesList
+	path string
 	// quotedPath is path with every key and value quoted where needed, so
 	// that key "a=b" and key "a" with value "b" print differently.
 	quotedPath string
@@ -81,13 +114,26 @@ func (t *Tree) Domain(name string) *Domain {
 }
 
 // Hash returns the hex SHA-256 of a canonical form of t: equal for trees
-// that behave the same, whatever their files' names, order, comments or
-// formatting.
+// that behave the same, whatever their rule files' names, order, comments
+// or formatting. A values file counts by its name and the set of its
+// values, so an edit of one changes the hash and reordering its lines
+// does not.
 func (t *Tree) Hash() string {
 	if t == nil {
 		return ""
 	}
 	return t.hash
+}
+
+// ValuesFiles returns the files that values_file fields named and the
+// load read, in sorted order, named as Error.File names them: joined with
+// the directory for Load, relative to the FS for LoadFS. A watcher
+// reloads when one of them changes.
+func (t *Tree) ValuesFiles() []string {
+	if t == nil {
+		return nil
+	}
+	return slices.Clone(t.valuesFiles)
 }
 
 // Cached reports whether any limit of t has precision cached. It walks
@@ -149,33 +195,35 @@ func (d *Domain) Match(entries []Entry) *Rule {
 		if lv == nil {
 			return nil
 		}
-		n, _ = lv.lookup(&entries[i])
-		if n == nil {
+		h := lv.lookup(&entries[i])
+		if h.node == nil {
 			return nil
 		}
-		lv = n.children
+		n, lv = h.node, h.node.children
 	}
 	return n.rule
 }
 
-// lookup returns the child matching e and how it matched.
-func (lv *level) lookup(e *Entry) (*node, MatchKind) {
+// lookup returns the child matching e and how it matched; its node is nil
+// when none does. The exact values of every values file are in one map,
+// so their number does not change the cost.
+func (lv *level) lookup(e *Entry) hit {
 	g := lv.groups[e.Key]
 	if g == nil {
-		return nil, NoMatch
+		return hit{}
 	}
-	if n := g.exact[e.Value]; n != nil {
-		return n, ExactMatch
+	if r, ok := g.exact[e.Value]; ok {
+		return hit{node: r.node, kind: ExactMatch, line: r.line}
 	}
-	for _, n := range g.wild {
-		if n.pattern.match(e.Value) {
-			return n, WildcardMatch
+	for i := range g.wild {
+		if w := &g.wild[i]; w.pattern.match(e.Value) {
+			return hit{node: w.node, kind: WildcardMatch, line: w.line, pattern: w.value}
 		}
 	}
 	if g.deflt != nil {
-		return g.deflt, DefaultMatch
+		return hit{node: g.deflt, kind: DefaultMatch, line: g.deflt.line}
 	}
-	return nil, NoMatch
+	return hit{}
 }
 
 // glob is a compiled wildcard value: "*" matches any run of bytes,

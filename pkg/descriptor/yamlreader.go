@@ -117,6 +117,15 @@ func (r *yamlReader) errorAt(line int, path, format string, args ...any) {
 	r.errs.add(r.file, line, path, format, args...)
 }
 
+// errorIn records a problem in another file than r's, such as a values
+// file, under the same error limit.
+func (r *yamlReader) errorIn(file string, line int, path, format string, args ...any) {
+	own := r.file
+	r.file = file
+	r.errorAt(line, path, format, args...)
+	r.file = own
+}
+
 // resolve follows aliases and charges the node budget. It returns nil once
 // the budget is spent or decoding has stopped.
 func (r *yamlReader) resolve(n *yaml.Node) *yaml.Node {

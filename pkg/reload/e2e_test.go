@@ -156,6 +156,64 @@ func TestRealKubernetesSymlinkSwap(t *testing.T) {
 	polltest.Eventually(t, wait, func() bool { return limitOf(r.Current()) == 20 }, "..data swap not live")
 }
 
+// denied reports whether the tree denies api_key=key.
+func denied(tree *descriptor.Tree, key string) bool {
+	r := tree.Domain("keys").Match([]descriptor.Entry{{Key: "api_key", Value: key}})
+	return r != nil && r.Action == descriptor.ActionDeny
+}
+
+// TestRealValuesFileEdits edits values files under a running Reloader: an
+// edit of a list goes live, a rule naming a list not yet written fails and
+// keeps the tree, and writing the list then brings the rule live.
+func TestRealValuesFileEdits(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	rules := "domain: keys\ndescriptors:\n  - key: api_key\n    values_file: lists/revoked.txt\n    action: deny\n"
+	write(t, filepath.Join(dir, "keys.yaml"), rules)
+	write(t, filepath.Join(dir, "lists", "revoked.txt"), "# revoked\nk1\n")
+	r := newReal(t, dir)
+	if !denied(r.Current(), "k1") || denied(r.Current(), "k2") {
+		t.Fatal("the initial list is not k1 alone")
+	}
+	start(t, r)
+
+	// Editors write a new file and rename it over the old one.
+	write(t, filepath.Join(dir, "lists", "revoked.txt.tmp"), "# revoked\nk1\nk2\n")
+	if err := os.Rename(filepath.Join(dir, "lists", "revoked.txt.tmp"), filepath.Join(dir, "lists", "revoked.txt")); err != nil {
+		t.Fatal(err)
+	}
+	polltest.Eventually(t, wait, func() bool { return denied(r.Current(), "k2") }, "list edit not live")
+
+	// A broken list keeps the tree, with the list's file and line.
+	tree := r.Current()
+	write(t, filepath.Join(dir, "lists", "revoked.txt"), "k1\nk2\nk3\nk1\n")
+	wantErr := filepath.Join(dir, "lists", "revoked.txt") + `:4: api_key in lists/revoked.txt: duplicate value "k1" (first at line 1)`
+	polltest.Eventually(t, wait, func() bool {
+		err := r.Status().LastError
+		return err != nil && strings.HasSuffix(err.Error(), ": "+wantErr)
+	}, "broken list not reported")
+	if r.Current() != tree {
+		t.Error("a broken list replaced the live tree")
+	}
+
+	// A rule naming a list that does not exist yet fails; the list's
+	// arrival, a file the live rules do not read, brings it live.
+	write(t, filepath.Join(dir, "lists", "revoked.txt"), "k1\nk2\n")
+	write(t, filepath.Join(dir, "bots.yaml"), "domain: bots\ndescriptors:\n  - key: ua\n    values_file: lists/bots.txt\n    action: deny\n")
+	polltest.Eventually(t, wait, func() bool {
+		err := r.Status().LastError
+		return err != nil && strings.Contains(err.Error(), "values_file: lists/bots.txt does not exist")
+	}, "missing list not reported")
+	write(t, filepath.Join(dir, "lists", "bots.txt"), "scraper*\n")
+	polltest.Eventually(t, wait, func() bool {
+		bots := r.Current().Domain("bots")
+		return bots != nil && bots.Match([]descriptor.Entry{{Key: "ua", Value: "scraper/1.0"}}) != nil
+	}, "new list not live")
+	if r.Status().LastError != nil {
+		t.Errorf("LastError = %v after the fix", r.Status().LastError)
+	}
+}
+
 // writeLargeTree writes a configuration of about descriptors descriptor
 // nodes: files of 250 keyed descriptors, each with one nested descriptor,
 // both limited.

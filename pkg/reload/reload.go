@@ -12,9 +12,12 @@
 // The watcher follows directories, not files, because editors save by
 // writing a temporary file and renaming it over the original, and
 // Kubernetes updates a mounted ConfigMap by swapping a "..data" symlink.
-// Events on *.yaml and *.yml files, on "..data" and on subdirectories start
-// a debounced reload. Names beginning with "." are otherwise ignored, as
-// descriptor.Load ignores them.
+// Events on *.yaml and *.yml files, on "..data", on subdirectories and on
+// the values files the live rules read (descriptor.Tree.ValuesFiles) start
+// a debounced reload. While the latest reload has failed, an event on any
+// file does, since the fix may be a values file that only the broken rules
+// name. Names beginning with "." are otherwise ignored, as descriptor.Load
+// ignores them.
 //
 // Rules may also come from elsewhere, such as an xDS stream: a Reloader
 // made without a directory loads nothing itself and serves what its owner

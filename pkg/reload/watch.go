@@ -78,6 +78,14 @@ type coordinator struct {
 	errs    <-chan error
 	watched map[string]bool // directories under watch, by cleaned path
 
+	// lists are the values files the live tree read, by cleaned path: a
+	// change to one reloads like a change to a rule file.
+	lists map[string]bool
+	// broken is set while the latest reload failed: then a change to any
+	// file reloads, since the fix may be a values file that the broken
+	// rules name and the live ones do not.
+	broken bool
+
 	timer *time.Timer
 	// firstEvent is when the oldest event not yet reloaded arrived; zero
 	// when no reload is pending.
@@ -90,6 +98,7 @@ func (c *coordinator) loop(ctx context.Context) error {
 	c.timer = time.NewTimer(time.Hour)
 	c.timer.Stop()
 	defer c.timer.Stop()
+	c.track()
 
 	for {
 		select {
@@ -121,7 +130,22 @@ func (c *coordinator) loop(ctx context.Context) error {
 func (c *coordinator) reload(reason string) error {
 	c.timer.Stop()
 	c.firstEvent = time.Time{}
-	return c.r.apply(reason)
+	err := c.r.apply(reason)
+	c.track()
+	return err
+}
+
+// track notes the values files of the live tree and whether the latest
+// reload failed, for handle.
+func (c *coordinator) track() {
+	if c.lists == nil {
+		c.lists = make(map[string]bool)
+	}
+	clear(c.lists)
+	for _, name := range c.r.Current().ValuesFiles() {
+		c.lists[filepath.Clean(name)] = true
+	}
+	c.broken = c.r.Status().LastError != nil
 }
 
 // schedule arms the debounce timer: the reload starts once the directory
@@ -162,7 +186,7 @@ func (c *coordinator) handle(ev fsnotify.Event) {
 			return
 		}
 	}
-	if relevant(name) {
+	if relevant(name) || c.lists[name] || (c.broken && !hidden(name)) {
 		c.schedule()
 	}
 }

@@ -3,6 +3,7 @@ package reload
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -57,9 +58,17 @@ type debounced struct {
 // must be called inside the bubble, so that the Reloader's channels and
 // the coordinator's timer belong to it.
 func newDebounced(t *testing.T, period time.Duration) *debounced {
+	return newDebouncedIn(t, t.TempDir(), period, func(string) (*descriptor.Tree, error) {
+		return &descriptor.Tree{}, nil
+	})
+}
+
+// newDebouncedIn is newDebounced with the configuration directory dir and
+// the loader load.
+func newDebouncedIn(t *testing.T, dir string, period time.Duration, load func(dir string) (*descriptor.Tree, error)) *debounced {
 	h := &debounced{
 		t:      t,
-		dir:    t.TempDir(),
+		dir:    dir,
 		events: make(chan fsnotify.Event),
 		errs:   make(chan error),
 		done:   make(chan error, 1),
@@ -67,9 +76,9 @@ func newDebounced(t *testing.T, period time.Duration) *debounced {
 	r, err := New(Options{
 		Dir:      h.dir,
 		Debounce: period,
-		Load: func(string) (*descriptor.Tree, error) {
+		Load: func(dir string) (*descriptor.Tree, error) {
 			h.loads.Add(1)
-			return &descriptor.Tree{}, nil
+			return load(dir)
 		},
 	})
 	if err != nil {
@@ -241,4 +250,60 @@ func TestDebounce(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestDebounceValuesFiles checks that a change to a values file that the
+// live rules read reloads, a change to another file does not, and that
+// while the latest reload has failed a change to any file does.
+func TestDebounceValuesFiles(t *testing.T) {
+	const period = 100 * time.Millisecond
+	dir := t.TempDir()
+	for name, data := range map[string]string{
+		"api.yaml":        "domain: api\ndescriptors:\n  - key: k\n    values_file: lists/deny.txt\n    action: deny\n",
+		"lists/deny.txt":  "v1\n",
+		"lists/other.txt": "named by no rule\n",
+	} {
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	synctest.Test(t, func(t *testing.T) {
+		var fail atomic.Bool
+		h := newDebouncedIn(t, dir, period, func(dir string) (*descriptor.Tree, error) {
+			if fail.Load() {
+				return nil, errors.New("broken")
+			}
+			return descriptor.Load(dir, descriptor.Options{})
+		})
+		h.event("lists/other.txt", fsnotify.Write)
+		h.event("notes.txt", fsnotify.Create)
+		h.advance(10 * period)
+		h.want(0, "after changes to files the rules do not read")
+
+		h.event("lists/deny.txt", fsnotify.Write)
+		h.advance(period)
+		h.want(1, "a period after a change to the values file")
+		h.event("lists/deny.txt", fsnotify.Rename)
+		h.advance(period)
+		h.want(2, "a period after the values file was renamed away")
+
+		fail.Store(true)
+		h.trigger()
+		h.want(3, "after the failed reload")
+		fail.Store(false)
+		h.event("lists/new.txt", fsnotify.Create)
+		h.advance(period)
+		h.want(4, "a period after a new file appeared while the rules were broken")
+		h.event("lists/new.txt", fsnotify.Write)
+		h.advance(10 * period)
+		h.want(4, "after a change to that file once the rules load again")
+		h.event(".x.swp", fsnotify.Write)
+		h.advance(10 * period)
+		h.want(4, "after a change to a hidden file")
+		h.stop()
+	})
 }

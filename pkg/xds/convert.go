@@ -33,12 +33,23 @@ var ErrUnsupported = errors.New("unsupported resource")
 // the files are loaded with descriptor.LoadFS and opts, exactly as a
 // configuration directory is: the same validation, and errors that name
 // the resource's file, line and descriptor path.
+//
+// Rules over xDS come without files: RateLimitConfig has no field for a
+// values file, and the loader is told to refuse values_file besides
+// (descriptor.Options.RefuseValuesFiles), so that no rendering could make
+// it read one.
 func Build(resources []*anypb.Any, opts descriptor.Options) (*descriptor.Tree, error) {
 	fsys, err := Render(resources)
 	if err != nil {
 		return nil, err
 	}
-	return descriptor.LoadFS(fsys, opts)
+	return descriptor.LoadFS(fsys, loadOptions(opts))
+}
+
+// loadOptions returns opts for rules delivered over xDS.
+func loadOptions(opts descriptor.Options) descriptor.Options {
+	opts.RefuseValuesFiles = "xDS"
+	return opts
 }
 
 // Render returns the file system Build loads: one YAML file per resource,
