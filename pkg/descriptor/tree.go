@@ -280,10 +280,11 @@ func (d *Domain) Counts(prefix []Entry) bool {
 		if lv == nil {
 			return false
 		}
-		if n, _ = lv.lookup(&prefix[i]); n == nil {
+		h := lv.lookup(&prefix[i])
+		if h.node == nil {
 			return false
 		}
-		lv = n.children
+		n, lv = h.node, h.node.children
 	}
 	return n.counts()
 }
@@ -298,12 +299,12 @@ func (n *node) counts() bool {
 	}
 	for _, g := range n.children.groups {
 		for _, c := range g.exact {
-			if c.counts() {
+			if c.node.counts() {
 				return true
 			}
 		}
 		for _, c := range g.wild {
-			if c.counts() {
+			if c.node.counts() {
 				return true
 			}
 		}
