@@ -118,4 +118,8 @@ type Verdict struct {
 	// that can never be admitted (its cost exceeds the capacity, or Requests
 	// is 0) gets one Period, so clients back off instead of retrying at once.
 	RetryAfter time.Duration
+	// Penalized reports a hit rejected by a Penalty's cooldown (see
+	// ApplyPenalty): RetryAfter is the cooldown left. It is never set on
+	// an admitted hit.
+	Penalized bool
 }
