@@ -382,6 +382,9 @@ func (r *request) verdicts(hits []store.Hit, verdicts []algorithm.Verdict) (reje
 			continue
 		}
 		for k, i := range g.hits {
+			if i < 0 {
+				continue // a penalty record
+			}
 			v := verdict(g.res[5*k:])
 			verdicts[i] = v
 			if !v.Allowed && !hits[i].Soft {
@@ -406,7 +409,7 @@ func (s *Store) refund(ctx context.Context, r *request, hits []store.Hit, verdic
 		var rg *group
 		for k, i := range g.hits {
 			// An always-charged hit is never given back.
-			if !verdicts[i].Allowed || hits[i].Cost <= 0 || hits[i].Limit.Charge == algorithm.ChargeAlways {
+			if i < 0 || !verdicts[i].Allowed || hits[i].Cost <= 0 || hits[i].Limit.Charge == algorithm.ChargeAlways {
 				continue
 			}
 			if rg == nil {
@@ -503,7 +506,7 @@ type group struct {
 	// args is the group as ARGV[3] packs it (see apply.lua): the number of
 	// hits, then 6 integers per hit, little-endian.
 	args []byte
-	hits []int // the index in the batch of each key's hit
+	hits []int // the index in the batch of each key's hit, -1 for a penalty record
 	res  []int64
 	// decidedAt is the script's now, in µs.
 	decidedAt int64
@@ -569,6 +572,9 @@ func (r *request) build(s *Store, hits []store.Hit, now int64) {
 				g = r.newGroup(now, slot)
 				groupSlots = append(groupSlots, slot)
 			}
+		}
+		if h.Penalty.Covers(h.Limit, h.Cost) {
+			g.addPenalty(h.Penalty, key+penaltySuffix)
 		}
 		g.add(h, key, i, h.Cost, h.Soft, h.Limit.Charge == algorithm.ChargeAlways)
 	}
