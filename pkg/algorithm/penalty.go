@@ -9,7 +9,9 @@ import (
 //
 // A Penalty watches the rejections of one counter. Each rejected hit tells
 // its client when to come back (Verdict.RetryAfter); the penalty state
-// remembers the latest such instant, Until. A hit rejected before Until
+// remembers the instant the latest one pointed to, Until (a later answer
+// replaces an earlier one: a client goes by the last Retry-After it was
+// given, even when it is shorter). A hit rejected before Until
 // arrived while its client was told to wait: it is a strike. A hit
 // rejected at or after Until is an honest retry that found no room, and
 // starts the count again from zero. When the strikes since the count
@@ -70,9 +72,9 @@ type Penalty struct {
 // PenaltyState is the penalty state of one counter; the zero PenaltyState
 // is a client with a clean record.
 type PenaltyState struct {
-	// Until is the end of the latest wait the client was told, in µs: the
-	// latest instant a rejected hit's Retry-After pointed to, and at least
-	// Blocked.
+	// Until is the end of the wait the client was last told, in µs: the
+	// instant the latest rejected hit's Retry-After pointed to, and at
+	// least Blocked.
 	Until int64
 	// Strikes counts the rejected hits that arrived before Until since the
 	// count last started.
@@ -153,7 +155,8 @@ func ApplyPenalty(l Limit, s State, p *Penalty, ps PenaltyState, now, cost int64
 	} else if next, v = Apply(l, s, now, cost); v.Allowed {
 		return next, ps, v
 	}
-	if l.Requests > 0 && cost <= l.Capacity() {
+	strike := l.Requests > 0 && cost <= l.Capacity()
+	if strike {
 		if now < ps.Until {
 			ps.Strikes++
 		} else {
@@ -166,10 +169,12 @@ func ApplyPenalty(l Limit, s State, p *Penalty, ps PenaltyState, now, cost int64
 			}
 			ps.Last, ps.Blocked, ps.Strikes = d, max(ps.Blocked, now+d), 0
 		}
-		ps.Until = max(ps.Until, now+v.RetryAfter.Microseconds(), ps.Blocked)
 	}
 	if ps.Blocked > now {
 		v = penalized(v, ps.Blocked-now)
+	}
+	if strike {
+		ps.Until = now + v.RetryAfter.Microseconds()
 	}
 	return next, ps, v
 }

@@ -213,8 +213,16 @@ type Status struct {
 	// ResetAfter is Envoy's duration_until_reset.
 	ResetAfter time.Duration
 	// RetryAfter is how long until the same hit would be admitted; zero
-	// unless Code is OverLimit.
+	// unless Code is OverLimit, and zero when Never is set.
 	RetryAfter time.Duration
+	// Penalized reports an OverLimit answer from a penalty's cooldown
+	// (descriptor.Limit.Penalty): the client kept sending while told to
+	// wait, and RetryAfter is the cooldown left.
+	Penalized bool
+	// Never reports an OverLimit answer that no wait would change: the
+	// hit's cost exceeds the limit's whole capacity (Limit still shows
+	// it).
+	Never bool
 	// Rule is the rule that decided the descriptor: the matched rule whose
 	// limits were counted (or, the store failing, answered by its failure
 	// mode), or the unlimited, allow-list or deny-list rule that answered
@@ -557,12 +565,15 @@ func (l *Limiter) CheckInto(ctx context.Context, req *Request, resp *Response) (
 				result = resultOK
 			case st.shadow:
 				out.Code = OK
-				out.RetryAfter = 0
+				out.RetryAfter, out.Penalized, out.Never = 0, false, false
 				result = resultShadowOverLimit
 			default:
 				result = resultOverLimit
 				if !st.quota {
 					hardOver = true
+				}
+				if out.Penalized {
+					f |= flagPenalty
 				}
 			}
 			if storeErr != nil && !st.local {
@@ -797,6 +808,7 @@ func (l *Limiter) buildHits(s *scratch, dom *descriptor.Domain, req *Request) {
 				Cost:    cost,
 				Soft:    st.shadow || st.quota,
 				Cached:  lim.Precision == descriptor.PrecisionCached && lim.Algorithm.Leasable(),
+				Penalty: lim.Penalty,
 			})
 			if h := &s.hits[len(s.hits)-1]; st.always || h.Limit.Charge == algorithm.ChargeAlways {
 				h.Limit.Charge = algorithm.ChargeAlways
@@ -878,7 +890,12 @@ func (s *scratch) status(st *descState) (Status, bool) {
 		// Remaining stays the verdict's: a hit of cost 5 is rejected with 3
 		// left, and a smaller one would pass.
 		out.Code = OverLimit
-		out.RetryAfter = max(v.RetryAfter, 0)
+		out.Penalized = v.Penalized
+		if !v.Penalized && s.hits[best].Cost > v.Limit {
+			out.Never = true
+		} else {
+			out.RetryAfter = max(v.RetryAfter, 0)
+		}
 		return out, true
 	}
 	return out, false

@@ -84,6 +84,20 @@ func penaltyVectors() []Vector {
 			},
 		},
 		{
+			// The window ends 20 s after the first step. A client goes by
+			// the last Retry-After it was given: the cooldown's 5 s, though
+			// the window had 19 s to run.
+			Name: "fixed_window/penalty_latest_retry_after", Limit: fixedWindow(2, minute), Start: Start,
+			Penalty: penalty(0, 5*sec, 2, minute, time.Hour),
+			Steps: []Step{
+				step(0, 2, ok(2, 0, 20*sec)),
+				step(0, 1, no(2, 0, 20*sec, 20*sec)),
+				step(sec, 1, pen(2, 19*sec, 5*sec)),
+				step(6*sec, 1, no(2, 0, 14*sec, 14*sec)),
+				step(7*sec, 1, pen(2, 13*sec, 10*sec)),
+			},
+		},
+		{
 			// No strike is tolerated; cooldowns of 2 s, then 4 s, forgiven
 			// after 1 s.
 			Name: "sliding_window_log/penalty_always_charged_and_forgiven", Limit: slidingLog(1, sec), Start: Start,

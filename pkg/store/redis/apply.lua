@@ -633,7 +633,8 @@ local function penalize(packed, at, ps, kind, r, burst, p, cost, s)
     if allowed == 1 then return s2, allowed, remaining, reset, retry, limit, nil end
   end
   -- limit is the capacity.
-  if r > 0 and cost <= limit then
+  local strike = r > 0 and cost <= limit
+  if strike then
     if now < u then st = st + 1 else st = 0 end
     if st > tol then
       local d = cooldown
@@ -644,14 +645,13 @@ local function penalize(packed, at, ps, kind, r, burst, p, cost, s)
       last, st = d, 0
       if now + d > blocked then blocked = now + d end
     end
-    if now + retry > u then u = now + retry end
-    if blocked > u then u = blocked end
   end
   if blocked > now then
     retry = blocked - now
     if retry > reset then reset = retry end
     allowed, remaining = 2, 0
   end
+  if strike then u = now + retry end
   if u == ps[1] and st == ps[2] and last == ps[3] and blocked == ps[4] then
     return s2, allowed, remaining, reset, retry, limit, nil
   end
