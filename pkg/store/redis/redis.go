@@ -573,7 +573,7 @@ func (r *request) build(s *Store, hits []store.Hit, now int64) {
 				groupSlots = append(groupSlots, slot)
 			}
 		}
-		if h.Penalty.Covers(h.Limit, h.Cost) {
+		if h.Penalty != nil && h.Penalty.Covers(h.Limit, h.Cost) {
 			g.addPenalty(h.Penalty, key+penaltySuffix)
 		}
 		g.add(h, key, i, h.Cost, h.Soft, h.Limit.Charge == algorithm.ChargeAlways)
