@@ -1,6 +1,8 @@
 // Package algorithm holds tollgate's four rate-limit algorithms as pure
-// functions of (state, limit, now, cost). Stores keep the state; the Redis
-// store mirrors each function in Lua and must give identical verdicts on the
+// functions of (state, limit, now, cost), the leases reserved from them
+// (lease.go), and penalties, the escalating cooldowns of clients that
+// ignore Retry-After (penalty.go). Stores keep the state; the Redis store
+// mirrors each function in Lua and must give identical verdicts on the
 // vectors in package algorithmtest, which package storetest runs against
 // every store.
 //

@@ -202,6 +202,14 @@ func (c Code) String() string {
 // Status is the answer for one descriptor.
 type Status struct {
 	Code Code
+	// Penalized reports an OverLimit answer from a penalty's cooldown
+	// (descriptor.Limit.Penalty): the client kept sending while told to
+	// wait, and RetryAfter is the cooldown left.
+	Penalized bool
+	// Never reports an OverLimit answer that no wait would change: the
+	// hit's cost exceeds the limit's whole capacity (Limit still shows
+	// it).
+	Never bool
 	// Limit is the limit reported as Envoy's current_limit: the most
 	// restrictive of the matched rule's limits, or the override. It is nil
 	// when no counted limit applies, and points into the immutable tree:
@@ -215,14 +223,6 @@ type Status struct {
 	// RetryAfter is how long until the same hit would be admitted; zero
 	// unless Code is OverLimit, and zero when Never is set.
 	RetryAfter time.Duration
-	// Penalized reports an OverLimit answer from a penalty's cooldown
-	// (descriptor.Limit.Penalty): the client kept sending while told to
-	// wait, and RetryAfter is the cooldown left.
-	Penalized bool
-	// Never reports an OverLimit answer that no wait would change: the
-	// hit's cost exceeds the limit's whole capacity (Limit still shows
-	// it).
-	Never bool
 	// Rule is the rule that decided the descriptor: the matched rule whose
 	// limits were counted (or, the store failing, answered by its failure
 	// mode), or the unlimited, allow-list or deny-list rule that answered
@@ -573,6 +573,7 @@ func (l *Limiter) CheckInto(ctx context.Context, req *Request, resp *Response) (
 					hardOver = true
 				}
 				if out.Penalized {
+					result = resultPenalized
 					f |= flagPenalty
 				}
 			}

@@ -1,8 +1,11 @@
 package limiter
 
 import (
+	"strings"
 	"testing"
 	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 )
 
 const penaltyYAML = `
@@ -31,7 +34,11 @@ descriptors:
 // through it, and an honest retry after it that is a plain rejection
 // again. Another client is not affected.
 func TestPenalty(t *testing.T) {
-	f := newFixture(t, penaltyYAML, func(o *Options) { o.HeaderStyle = HeadersNone })
+	reader := sdkmetric.NewManualReader()
+	f := newFixture(t, penaltyYAML, func(o *Options) {
+		o.HeaderStyle = HeadersNone
+		o.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	})
 	c1 := req("api", d("client=c1"))
 	type want struct {
 		code      Code
@@ -79,6 +86,16 @@ func TestPenalty(t *testing.T) {
 				i, step.at, got.code, got.penalized, got.retry, got.body, step.want.code, step.want.penalized, step.want.retry, step.want.body)
 		}
 		assertHeaders(t, resp.Headers, step.want.headers)
+	}
+	sums, _ := collect(t, reader, "tollgate_decisions")
+	penalized := int64(0)
+	for attrs, n := range sums {
+		if strings.Contains(attrs, "result=penalized") {
+			penalized += n
+		}
+	}
+	if penalized != 2 {
+		t.Errorf("tollgate_decisions{result=penalized} = %d, want 2 (all: %v)", penalized, sums)
 	}
 }
 

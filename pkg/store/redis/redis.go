@@ -42,6 +42,14 @@
 //   - sliding-window log: a sorted set of one member per admitted unit,
 //     scored by its time in µs.
 //
+// A counter whose hits carry a penalty (store.Hit.Penalty) has its penalty
+// state in one more key, the counter's key followed by "|p" (so in the
+// same slot): the string "until:strikes:last:blocked" of
+// algorithm.PenaltyState, with a TTL that ends when the client is
+// forgiven (algorithm.Penalty.Expiry). The script reads it and writes it
+// in the same call as the hit; only a hit's rejection changes it, so an
+// admitted hit costs one more GET and no write.
+//
 // # Groups and what holds across them
 //
 // All keys of one script call must share a Cluster slot, so a batch is cut
