@@ -67,3 +67,36 @@ func TestPenaltyKey(t *testing.T) {
 		})
 	}
 }
+
+// TestPenaltyCrossSlot: on a cluster, a batch across two slots where one
+// group rejects and the other admits a hit under a penalty. The admitting
+// group, which holds the penalty's record, is refunded like any other,
+// and its hit reports its counter after the refund; then a cooldown in one
+// group makes the other group's hits refunded too.
+func TestPenaltyCrossSlot(t *testing.T) {
+	d := cluster(t)
+	s := newStore(t, redis.Options{Client: d.client(t), KeyPrefix: "pc"})
+	// Shards "a" and "b" hash to slots 15495 and 3300: two groups.
+	full := hit("b", limit(algorithm.FixedWindow, 1, time.Hour), 1)
+	apply(t, s, full)
+	l := limit(algorithm.FixedWindow, 5, time.Hour)
+	penalized := hit("a", l, 1)
+	penalized.Penalty = &algorithm.Penalty{Cooldown: 60_000_000, Factor: 2, Max: 600_000_000, ForgiveAfter: 3_600_000_000}
+	got := apply(t, s, penalized, full)
+	if !got[0].Allowed || got[0].Remaining != 5 || got[1].Allowed {
+		t.Fatalf("batch = %+v, want the penalized hit refunded (5 left) and the full counter rejecting", got)
+	}
+	if v := apply(t, s, penalized)[0]; !v.Allowed || v.Remaining != 4 {
+		t.Fatalf("after the refund: %+v, want admitted with 4 left", v)
+	}
+	// Fill a's counter, then a plain rejection and a strike: a cooldown.
+	apply(t, s, hit("a", l, 4))
+	if v := apply(t, s, penalized)[0]; v.Allowed || v.Penalized {
+		t.Fatalf("plain rejection: %+v", v)
+	}
+	free := hit("b", limit(algorithm.FixedWindow, 5, time.Minute), 1)
+	got = apply(t, s, free, penalized)
+	if !got[0].Allowed || got[0].Remaining != 5 || !got[1].Penalized || got[1].RetryAfter != time.Minute {
+		t.Fatalf("batch = %+v, want the free hit refunded (5 left) and a one-minute cooldown", got)
+	}
+}
