@@ -201,6 +201,9 @@ var goldenClasses = []struct {
 	{"takes ", false}, // a token bucket's refill time
 	{"a second YAML document", false},
 	{"wildcard values of key", false},
+	{"is shorter than the cooldown", false},
+	{"want a duration from", false}, // the range; the form is mirrored
+	{"a penalty cannot apply to a limit charged always", false},
 	// Mirrored by the schema, or by the YAML parser before it.
 	{"invalid YAML", true},
 	{"duplicate field", true},
@@ -231,6 +234,7 @@ var goldenClasses = []struct {
 	{"sliding_window_log stores one entry per admitted hit", true},
 	{"precision cached does not apply to", true},
 	{"unit_multiplier must be at least 1", true},
+	{"tolerance: at most", true},
 }
 
 func mirrored(msg string) (bool, error) {

@@ -1,6 +1,8 @@
 // Package algorithm holds tollgate's four rate-limit algorithms as pure
-// functions of (state, limit, now, cost). Stores keep the state; the Redis
-// store mirrors each function in Lua and must give identical verdicts on the
+// functions of (state, limit, now, cost), the leases reserved from them
+// (lease.go), and penalties, the escalating cooldowns of clients that
+// ignore Retry-After (penalty.go). Stores keep the state; the Redis store
+// mirrors each function in Lua and must give identical verdicts on the
 // vectors in package algorithmtest, which package storetest runs against
 // every store.
 //
@@ -118,4 +120,8 @@ type Verdict struct {
 	// that can never be admitted (its cost exceeds the capacity, or Requests
 	// is 0) gets one Period, so clients back off instead of retrying at once.
 	RetryAfter time.Duration
+	// Penalized reports a hit rejected by a Penalty's cooldown (see
+	// ApplyPenalty): RetryAfter is the cooldown left. It is never set on
+	// an admitted hit.
+	Penalized bool
 }

@@ -14,9 +14,13 @@ func TestVectors(t *testing.T) {
 	for _, v := range algorithmtest.Vectors() {
 		t.Run(v.Name, func(t *testing.T) {
 			var s algorithm.State
+			var ps algorithm.PenaltyState
 			for i, step := range v.Steps {
 				now := v.Start + step.At.Microseconds()
 				next, got := algorithm.Apply(v.StepLimit(step), s, now, step.Cost)
+				if v.Penalty != nil {
+					next, ps, got = algorithm.ApplyPenalty(v.StepLimit(step), s, v.Penalty, ps, now, step.Cost)
+				}
 				if got != step.Want {
 					t.Fatalf("step %d at %v, cost %d:\n got  %+v\n want %+v", i, step.At, step.Cost, got, step.Want)
 				}

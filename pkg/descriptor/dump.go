@@ -85,7 +85,7 @@ func (d *Domain) write(b dumpWriter) {
 	if d.shardBy != "" {
 		fmt.Fprintf(b, "  shard_by %s\n", quote(d.shardBy))
 	}
-	if df := d.defaults; df.algorithm != "" || df.failureMode != "" || df.charge != "" || df.precision != "" || df.hasBurst {
+	if df := d.defaults; df.algorithm != "" || df.failureMode != "" || df.charge != "" || df.precision != "" || df.hasBurst || df.penalty != nil {
 		b.WriteString("  defaults")
 		if df.algorithm != "" {
 			b.WriteString(" algorithm=" + df.algorithm)
@@ -101,6 +101,10 @@ func (d *Domain) write(b dumpWriter) {
 		}
 		if df.hasBurst {
 			fmt.Fprintf(b, " burst=%d", df.burst)
+		}
+		if df.penalty != nil {
+			b.WriteByte(' ')
+			writePenalty(b, df.penalty)
 		}
 		b.WriteByte('\n')
 	}
@@ -214,6 +218,10 @@ func (l Limit) write(b dumpWriter) {
 	if l.Precision != PrecisionStrict {
 		b.WriteString(", precision ")
 		b.WriteString(l.Precision.String())
+	}
+	if l.Penalty != nil {
+		b.WriteString(", ")
+		writePenalty(b, l.Penalty)
 	}
 	if l.Name != "" {
 		b.WriteString(", name ")

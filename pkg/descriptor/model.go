@@ -171,6 +171,10 @@ type Limit struct {
 	Algorithm       algorithm.Kind
 	Charge          algorithm.Charge
 	Precision       Precision // PrecisionStrict for sliding_window_log
+	// Penalty is the escalating cooldown of clients that ignore
+	// Retry-After, nil for none; never set on a limit charged always.
+	// Rules share it read-only.
+	Penalty *algorithm.Penalty
 }
 
 // Period returns the length of one window of l.

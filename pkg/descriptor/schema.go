@@ -3,7 +3,8 @@ package descriptor
 // This file is tollgate's configuration schema: a file's domain, its
 // defaults and shard_by, the descriptors with their keys, values, actions
 // and failure modes, and rate_limit (envoyproxy/ratelimit's fields and
-// tollgate's algorithm, burst, unit_multiplier, charge and precision). It
+// tollgate's algorithm, burst, unit_multiplier, charge, precision and
+// penalty, the last in penalty.go). It
 // decodes one file into a Domain with the strict reader of yamlreader.go
 // and checks what involves more than one field: limits that would share a
 // counter, replaces that name no limit, shard_by keys that no descriptor
@@ -36,10 +37,10 @@ const (
 // rate_limit fields is envoyproxy/ratelimit's; the rest are tollgate's.
 const (
 	fileFields       fieldSet = "domain descriptors defaults shard_by"
-	defaultsFields   fieldSet = "algorithm failure_mode burst charge precision"
+	defaultsFields   fieldSet = "algorithm failure_mode burst charge precision penalty"
 	descriptorFields fieldSet = "key value rate_limit descriptors shadow_mode quota_mode detailed_metric value_to_metric share_threshold metadata " +
 		"rate_limits action failure_mode values_file"
-	limitFields    fieldSet = "unit requests_per_unit unlimited name replaces algorithm burst unit_multiplier charge precision"
+	limitFields    fieldSet = "unit requests_per_unit unlimited name replaces algorithm burst unit_multiplier charge precision penalty"
 	replacesFields fieldSet = "name"
 )
 
@@ -101,10 +102,12 @@ type domainBuilder struct {
 	failureMode FailureMode
 	burst       uint32
 	hasBurst    bool
-	names       map[string]bool // limit names
-	keys        map[string]bool // every descriptor key
-	refs        []replaceRef
-	noShared    []string // maxDepth times ""
+	// defaultPenalty is the defaults' penalty, nil for none.
+	defaultPenalty *algorithm.Penalty
+	names          map[string]bool // limit names
+	keys           map[string]bool // every descriptor key
+	refs           []replaceRef
+	noShared       []string // maxDepth times ""
 	// listData holds the content of each list node's values file until
 	// the node's level takes its values.
 	listData map[*node]string
@@ -217,6 +220,11 @@ func (b *domainBuilder) defaults(f *field) {
 		if v, ok := b.uint32Field(bf, "", "defaults"); ok {
 			b.burst, b.hasBurst = v, true
 			b.d.defaults.burst, b.d.defaults.hasBurst = v, true
+		}
+	}
+	if pf := fs.get("penalty"); pf != nil {
+		if p, ok := b.penalty(pf, "", "defaults"); ok {
+			b.defaultPenalty, b.d.defaults.penalty = p, p
 		}
 	}
 }
@@ -587,7 +595,7 @@ func (b *domainBuilder) limit(n, at *yaml.Node, path, ctx string) (limitSpec, bo
 	}
 	s.unlimited = b.boolean(fs.get("unlimited"), path, ctx)
 	if s.unlimited {
-		for _, other := range [...]string{"unit", "requests_per_unit", "algorithm", "burst", "unit_multiplier", "charge", "precision"} {
+		for _, other := range [...]string{"unit", "requests_per_unit", "algorithm", "burst", "unit_multiplier", "charge", "precision", "penalty"} {
 			if f := fs.get(other); f != nil {
 				b.errorf(f.key, path, "%s: unlimited cannot be combined with %s", ctx, other)
 			}
@@ -663,6 +671,8 @@ func (b *domainBuilder) counting(fs fields, n *yaml.Node, path, ctx string, l *L
 			}
 		}
 	}
+
+	b.penaltyOf(fs, path, ctx, l)
 
 	// A default precision applies to the limits that can be leased; a
 	// sliding_window_log limit stays strict. Asking for cached on one

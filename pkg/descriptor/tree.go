@@ -3,6 +3,8 @@ package descriptor
 import (
 	"slices"
 	"strings"
+
+	"github.com/tollgatehq/tollgate/pkg/algorithm"
 )
 
 // Tree is an immutable, validated set of domains. It is safe for
@@ -35,6 +37,7 @@ type defaults struct {
 	precision   string // "" if unset
 	burst       uint32
 	hasBurst    bool
+	penalty     *algorithm.Penalty // nil if unset or none
 }
 
 // level holds the sibling descriptors under one node (or the domain).

@@ -20,19 +20,38 @@ descriptors:
           - {unit: hour, requests_per_unit: 4000000000, algorithm: fixed_window}
 `
 
+// benchPenaltyYAML is benchYAML's client rule under a penalty.
+const benchPenaltyYAML = `
+domain: api
+descriptors:
+  - key: client
+    rate_limit:
+      unit: day
+      requests_per_unit: 4000000000
+      algorithm: token_bucket
+      name: per_client
+      penalty: {tolerance: 3, cooldown: 10s, factor: 2, max: 15m, forgive_after: 1h}
+`
+
 func BenchmarkCheck(b *testing.B) {
 	cases := []struct {
 		name string
 		req  *Request
+		yaml string // benchYAML when empty
 	}{
-		{"one descriptor", req("api", d("client=c1"))},
-		{"three descriptors", req("api", d("client=c1"), d("tenant=t1", "path=/x"), d("other=o"))},
+		{"one descriptor", req("api", d("client=c1")), ""},
+		{"three descriptors", req("api", d("client=c1"), d("tenant=t1", "path=/x"), d("other=o")), ""},
+		{"one descriptor with a penalty", req("api", d("client=c1")), benchPenaltyYAML},
 	}
 	for _, bc := range cases {
 		b.Run(bc.name, func(b *testing.B) {
 			// As the app runs it: an override registry, here holding none.
 			ovs := &overrides{}
-			f := newFixture(b, benchYAML, func(o *Options) { o.Overrides = ovs.current })
+			yaml := benchYAML
+			if bc.yaml != "" {
+				yaml = bc.yaml
+			}
+			f := newFixture(b, yaml, func(o *Options) { o.Overrides = ovs.current })
 			f.store.inner, f.lim.store = nil, f.store.inner // count without recording
 			ctx := context.Background()
 			b.ReportAllocs()

@@ -121,6 +121,20 @@
 // descriptor's status is OVER_LIMIT when its counter ends past the limit,
 // and the overall code follows the statuses as always.
 //
+// # Penalties
+//
+// Each hit carries its limit's penalty (descriptor.Limit.Penalty; see
+// algorithm.ApplyPenalty for the rules), and the store keeps its state
+// beside the counter. A descriptor rejected by a penalty's cooldown gets a
+// status with Penalized set and RetryAfter the cooldown left, and the
+// answer carries "X-RateLimit-Policy: penalty" unless the rule is in
+// shadow mode. An always-charged hit (by its limit or by the ChargeKey
+// entry) is neither blocked nor counted.
+//
+// A rejected hit whose cost exceeds its limit's capacity can never pass:
+// its status has Never set and no RetryAfter, and the answer carries no
+// Retry-After and a body that says so.
+//
 // # Replaces
 //
 // As in envoyproxy/ratelimit, a named limit is not applied when its name is
@@ -185,14 +199,19 @@
 //
 // and "content-type: application/json". A request blocked only by a deny
 // list gets {"code":429,"message":"request denied by policy",
-// "retry_after_seconds":1}. Limits in headers and bodies are capacities:
-// requests per unit plus burst.
+// "retry_after_seconds":1}. A request blocked by a penalty gets the body
+// of the penalized status, its message saying so and "penalty":true; one
+// with a cost above a limit's capacity gets no Retry-After and
+// {"code":429,"message":"request cost exceeds the limit's capacity: it can
+// never be admitted","limit":15,"window":1}. Limits in headers and bodies
+// are capacities: requests per unit plus burst.
 //
 // # Metrics
 //
 // tollgate_decisions counts descriptors by domain, rule path, limit name
 // and result (ok, over_limit, shadow_over_limit, allowlist, denylist,
-// shadow_denylist, unmatched, unlimited, replaced, degraded);
+// shadow_denylist, unmatched, unlimited, replaced, degraded, penalized:
+// over the limit by a penalty's cooldown);
 // tollgate_charged_past_limit_hits adds the costs of always-charged hits
 // that the store rejected, and so charged past their limits, by domain,
 // rule path and limit name; tollgate_store_errors counts

@@ -13,8 +13,9 @@ import (
 type HeaderStyle uint8
 
 // The header styles. Whatever the style, an OVER_LIMIT answer carries
-// Retry-After, and allow-list, deny-list and degraded answers carry an
-// X-RateLimit-Policy marker.
+// Retry-After (unless a descriptor's cost exceeds its limit's whole
+// capacity, so that no wait would help), and allow-list, deny-list,
+// degraded and penalized answers carry an X-RateLimit-Policy marker.
 const (
 	// HeadersNone adds no rate-limit headers.
 	HeadersNone HeaderStyle = iota
@@ -77,6 +78,9 @@ const (
 	PolicyAllowlist = "allowlist"
 	PolicyDenylist  = "denylist"
 	PolicyDegraded  = "degraded"
+	// PolicyPenalty marks an answer that a penalty's cooldown rejected:
+	// the client kept sending while told to wait.
+	PolicyPenalty = "penalty"
 )
 
 // flags records which markers an answer needs.
@@ -86,6 +90,7 @@ const (
 	flagAllow flags = 1 << iota
 	flagDeny
 	flagDegraded
+	flagPenalty
 )
 
 // headerBuilder collects header values in one buffer so that all values of
@@ -174,18 +179,24 @@ func (l *Limiter) addHeaders(s *scratch, resp *Response, now time.Time, f flags)
 			b.end()
 		}
 	}
-	retry := int64(0)
+	retry, never := int64(0), -1
 	if resp.Code == OverLimit {
 		var wait time.Duration
 		for i := range resp.Statuses {
 			if st := &resp.Statuses[i]; st.Code == OverLimit {
 				wait = max(wait, st.RetryAfter)
+				if st.Never && never < 0 {
+					never = i
+				}
 			}
 		}
-		retry = max(ceilSeconds(wait), 1)
-		b.begin(HeaderRetryAfter)
-		b.buf = strconv.AppendInt(b.buf, retry, 10)
-		b.end()
+		// A request that can never pass is not told to come back.
+		if never < 0 {
+			retry = max(ceilSeconds(wait), 1)
+			b.begin(HeaderRetryAfter)
+			b.buf = strconv.AppendInt(b.buf, retry, 10)
+			b.end()
+		}
 	}
 	if b.n > 0 {
 		values := string(b.buf)
@@ -203,8 +214,15 @@ func (l *Limiter) addHeaders(s *scratch, resp *Response, now time.Time, f flags)
 	if f&flagDegraded != 0 {
 		b.constant(resp, HeaderPolicy, PolicyDegraded)
 	}
+	if f&flagPenalty != 0 {
+		b.constant(resp, HeaderPolicy, PolicyPenalty)
+	}
 	if resp.Code == OverLimit {
 		b.constant(resp, HeaderContentType, "application/json")
+		if never >= 0 {
+			resp.Body = appendNeverBody(make([]byte, 0, 160), &resp.Statuses[never])
+			return
+		}
 		var over *Status
 		if ci >= 0 && resp.Statuses[ci].Code == OverLimit {
 			over = &resp.Statuses[ci]
@@ -245,9 +263,15 @@ func restrictive(statuses []Status) int {
 // that decided it, or nil when only a deny list did.
 func appendBody(b []byte, over *Status, retry int64, now time.Time) []byte {
 	b = append(b, `{"code":429,"message":`...)
-	if over == nil {
+	switch {
+	case over == nil:
 		b = append(b, `"request denied by policy"`...)
-	} else {
+	case over.Penalized:
+		b = append(b, `"rate limit exceeded: requests sent while told to wait are blocked for a cooldown","penalty":true,"limit":`...)
+		b = strconv.AppendUint(b, capacity(over.Limit), 10)
+		b = append(b, `,"window":`...)
+		b = strconv.AppendInt(b, int64(over.Limit.Period()/time.Second), 10)
+	default:
 		b = append(b, `"rate limit exceeded","limit":`...)
 		b = strconv.AppendUint(b, capacity(over.Limit), 10)
 		b = append(b, `,"window":`...)
@@ -260,6 +284,17 @@ func appendBody(b []byte, over *Status, retry int64, now time.Time) []byte {
 		b = time.Unix(ceilUnix(now.Add(over.ResetAfter)), 0).UTC().AppendFormat(b, time.RFC3339)
 		b = append(b, '"')
 	}
+	return append(b, '}')
+}
+
+// appendNeverBody appends the JSON body of a 429 that no wait would
+// change: over's cost exceeds its limit's whole capacity. It promises no
+// retry.
+func appendNeverBody(b []byte, over *Status) []byte {
+	b = append(b, `{"code":429,"message":"request cost exceeds the limit's capacity: it can never be admitted","limit":`...)
+	b = strconv.AppendUint(b, capacity(over.Limit), 10)
+	b = append(b, `,"window":`...)
+	b = strconv.AppendInt(b, int64(over.Limit.Period()/time.Second), 10)
 	return append(b, '}')
 }
 

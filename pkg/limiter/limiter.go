@@ -211,6 +211,14 @@ func (c Code) String() string {
 // Status is the answer for one descriptor.
 type Status struct {
 	Code Code
+	// Penalized reports an OverLimit answer from a penalty's cooldown
+	// (descriptor.Limit.Penalty): the client kept sending while told to
+	// wait, and RetryAfter is the cooldown left.
+	Penalized bool
+	// Never reports an OverLimit answer that no wait would change: the
+	// hit's cost exceeds the limit's whole capacity (Limit still shows
+	// it).
+	Never bool
 	// Limit is the limit reported as Envoy's current_limit: the most
 	// restrictive of the matched rule's limits, or the override. It is nil
 	// when no counted limit applies, and points into the immutable tree:
@@ -222,7 +230,7 @@ type Status struct {
 	// ResetAfter is Envoy's duration_until_reset.
 	ResetAfter time.Duration
 	// RetryAfter is how long until the same hit would be admitted; zero
-	// unless Code is OverLimit.
+	// unless Code is OverLimit, and zero when Never is set.
 	RetryAfter time.Duration
 	// Rule is the rule that decided the descriptor: the matched rule whose
 	// limits were counted (or, the store failing, answered by its failure
@@ -576,12 +584,16 @@ func (l *Limiter) CheckInto(ctx context.Context, req *Request, resp *Response) (
 				result = resultOK
 			case st.shadow:
 				out.Code = OK
-				out.RetryAfter = 0
+				out.RetryAfter, out.Penalized, out.Never = 0, false, false
 				result = resultShadowOverLimit
 			default:
 				result = resultOverLimit
 				if !st.quota {
 					hardOver = true
+				}
+				if out.Penalized {
+					result = resultPenalized
+					f |= flagPenalty
 				}
 			}
 			if storeErr != nil && !st.local {
@@ -842,6 +854,7 @@ func (l *Limiter) buildHits(s *scratch, dom *descriptor.Domain, req *Request) {
 				Cost:    cost,
 				Soft:    st.shadow || st.quota,
 				Cached:  lim.Precision == descriptor.PrecisionCached && lim.Algorithm.Leasable(),
+				Penalty: lim.Penalty,
 			})
 			if h := &s.hits[len(s.hits)-1]; st.always || h.Limit.Charge == algorithm.ChargeAlways {
 				h.Limit.Charge = algorithm.ChargeAlways
@@ -923,7 +936,12 @@ func (s *scratch) status(st *descState) (Status, bool) {
 		// Remaining stays the verdict's: a hit of cost 5 is rejected with 3
 		// left, and a smaller one would pass.
 		out.Code = OverLimit
-		out.RetryAfter = max(v.RetryAfter, 0)
+		out.Penalized = v.Penalized
+		if !v.Penalized && s.hits[best].Cost > v.Limit {
+			out.Never = true
+		} else {
+			out.RetryAfter = max(v.RetryAfter, 0)
+		}
 		return out, true
 	}
 	return out, false

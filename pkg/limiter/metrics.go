@@ -29,6 +29,7 @@ const (
 	resultUnlimited                     // unlimited rule: not counted
 	resultReplaced                      // every limit replaced by another rule
 	resultDegraded                      // store failed: answered by the failure mode
+	resultPenalized                     // counted and blocked by a penalty's cooldown
 	numResults
 )
 
@@ -43,6 +44,7 @@ var resultNames = [numResults]string{
 	resultUnlimited:       "unlimited",
 	resultReplaced:        "replaced",
 	resultDegraded:        "degraded",
+	resultPenalized:       "penalized",
 }
 
 // The attribute values used where there is no domain or rule name. Metrics

@@ -43,6 +43,14 @@ type Hit struct {
 	// Cached marks a hit whose rule's precision is cached: a store that
 	// leases budgets may decide the hit from a lease.
 	Cached bool
+	// Penalty, when set, is the escalating cooldown of the counter's
+	// clients that ignore Retry-After (algorithm.ApplyPenalty). Its state
+	// is kept by the store beside the counter, under the counter's
+	// identity; every hit of one counter should carry the same Penalty.
+	// Layers that answer hits without the store (leases, caches of
+	// rejections) must pass a hit with a Penalty through to it, so that
+	// strikes are counted and cooldowns shared.
+	Penalty *algorithm.Penalty
 }
 
 // AppendIdentity appends to b the encoding of the counter h counts
@@ -83,6 +91,13 @@ func (h *Hit) AppendIdentity(b []byte) []byte {
 //     stands (Allowed, with the Remaining and ResetAfter of a check);
 //     otherwise every admitted one is charged. A rejected ChargeAdmitted
 //     hit never consumes.
+//
+// A hit with a Penalty is decided by algorithm.ApplyPenalty instead of
+// algorithm.Apply, in the same order, each seeing the penalty state as the
+// earlier hits on its counter left it. The penalty state takes effect
+// whatever the batch's outcome (a strike counts even when another hit
+// rejected the batch, and a hit rejected by a cooldown rejects its batch
+// like any rejection), and a rejected hit never changes its counter.
 //
 // A batch without always-charged hits is thus simply all-or-nothing.
 // len(verdicts) must equal len(hits).

@@ -40,7 +40,10 @@ type Vector struct {
 	Limit algorithm.Limit
 	// Start is the µs timestamp that step offsets count from.
 	Start int64
-	Steps []Step
+	// Penalty, when set, applies to every step (algorithm.ApplyPenalty),
+	// its state carried from step to step beside the counter's.
+	Penalty *algorithm.Penalty
+	Steps   []Step
 }
 
 // Step is one hit of Cost on the vector's counter at Start+At, and the
@@ -406,7 +409,7 @@ func Vectors() []Vector {
 				step(sec, 1<<32, ok(1<<32, 0, 1<<32*sec)),
 			},
 		},
-	}, chargeAlwaysVectors()...)
+	}, append(chargeAlwaysVectors(), penaltyVectors()...)...)
 }
 
 func tokenBucket(requests, burst int64, period time.Duration) algorithm.Limit {
@@ -582,6 +585,11 @@ func always(at time.Duration, cost int64, want algorithm.Verdict) Step {
 // ok is an admitted verdict.
 func ok(limit, remaining int64, resetAfter time.Duration) algorithm.Verdict {
 	return algorithm.Verdict{Allowed: true, Limit: limit, Remaining: remaining, ResetAfter: resetAfter}
+}
+
+// pen is the verdict of a hit rejected by a penalty's cooldown.
+func pen(limit int64, resetAfter, retryAfter time.Duration) algorithm.Verdict {
+	return algorithm.Verdict{Penalized: true, Limit: limit, ResetAfter: resetAfter, RetryAfter: retryAfter}
 }
 
 // no is a rejected verdict.

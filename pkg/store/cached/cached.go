@@ -204,9 +204,11 @@ type part struct {
 	lease algorithm.Lease
 }
 
-// leased reports whether h may be decided from a lease.
+// leased reports whether h may be decided from a lease. A hit under a
+// penalty never is: its rejections are strikes the shared store counts,
+// and its cooldown is shared there.
 func leased(h *store.Hit) bool {
-	return h.Cached && h.Limit.Kind.Leasable()
+	return h.Cached && h.Limit.Kind.Leasable() && h.Penalty == nil
 }
 
 // Apply implements store.Store. Cached hits of a leasable algorithm are

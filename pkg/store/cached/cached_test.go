@@ -435,3 +435,36 @@ func TestEmptiedBucketAnsweredLocallyUntilItsNextToken(t *testing.T) {
 		}
 	})
 }
+
+// TestPenalizedHitsAreDecidedStrictly: a cached hit under a penalty is
+// never leased; it goes to the shared store, which counts its strikes.
+func TestPenalizedHitsAreDecidedStrictly(t *testing.T) {
+	tight := algorithm.Limit{Kind: algorithm.FixedWindow, Requests: 3, Period: second}
+	penalty := &algorithm.Penalty{Cooldown: 10 * second, Factor: 2, Max: 60 * second, ForgiveAfter: 60 * second}
+	synctest.Test(t, func(t *testing.T) {
+		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
+		mp, read := metrictest.New(t)
+		m, s := newPair(t, cached.Options{MeterProvider: mp})
+		h := hitOn("a", tight, 1)
+		h.Penalty = penalty
+		for i := range 3 {
+			if v := apply(t, s, h); !v.Allowed {
+				t.Fatalf("hit %d rejected: %+v", i, v)
+			}
+		}
+		if got := shared(t, m, "a", tight); got != 0 {
+			t.Fatalf("the shared counter has %d left, want 0: hits were not decided there", got)
+		}
+		if v := apply(t, s, h); v.Allowed || v.Penalized {
+			t.Fatalf("first rejection: %+v", v)
+		}
+		time.Sleep(100 * time.Millisecond)
+		if v := apply(t, s, h); !v.Penalized || v.RetryAfter != 10*time.Second {
+			t.Fatalf("a strike within Retry-After: %+v, want a 10 s cooldown", v)
+		}
+		synctest.Wait()
+		if calls := read("tollgate_cached_leaser_calls"); calls != 0 {
+			t.Fatalf("%d leaser calls for hits under a penalty", calls)
+		}
+	})
+}

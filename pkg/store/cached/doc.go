@@ -21,7 +21,10 @@
 //     default), so the fleet admits in any interval d at most what the
 //     strict bucket admits in d + Lifetime.
 //   - Sliding-window log: never leased; its hits go to the inner store,
-//     as do the hits of rules whose precision is strict (Hit.Cached false).
+//     as do the hits of rules whose precision is strict (Hit.Cached false)
+//     and every hit under a penalty (Hit.Penalty), whatever its precision:
+//     each of its rejections may be a strike, and its cooldown is shared,
+//     so only the inner store can decide it.
 //
 // Local clocks: Until is compared with Options.Now, read again after any
 // wait for a reservation (a grant answered after its window ended must not

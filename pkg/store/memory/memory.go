@@ -27,6 +27,12 @@
 // sampled counter that would expire soonest, so a flood of unique
 // descriptors cannot exhaust memory. Evicting a live counter forgets its hits, which admits
 // more than the limit for that counter.
+//
+// A hit with a Penalty keeps the penalty state of its counter in a map of
+// its shard under the counter's key, kept whatever the batch's outcome and
+// dropped at algorithm.Penalty.Expiry (swept and evicted like counters,
+// and counted against MaxKeys). Such hits take the batch path even alone,
+// so hits without a penalty keep the single-hit fast path as it was.
 package memory
 
 import (
@@ -156,6 +162,10 @@ func (s *Store) Apply(_ context.Context, hits []store.Hit, verdicts []algorithm.
 	case 0:
 		return nil
 	case 1:
+		if hits[0].Penalty != nil {
+			s.applyBatch(hits, verdicts)
+			break
+		}
 		s.applyOne(&hits[0], &verdicts[0])
 	default:
 		s.applyBatch(hits, verdicts)
@@ -201,6 +211,10 @@ type pending struct {
 	// state is the counter after this hit: the hit's new state if it was
 	// charged, else the state it saw.
 	state algorithm.State
+	// penalty is the counter's penalty state after this hit, when the hit
+	// has a Penalty (penalized is then true).
+	penalty   algorithm.PenaltyState
+	penalized bool
 }
 
 // applyBatch is Apply for a batch of several hits: it locks every shard
@@ -260,7 +274,15 @@ func (s *Store) applyBatch(hits []store.Hit, verdicts []algorithm.Verdict) {
 		} else {
 			state, _ = s.shards[p.shard].load(h.Limit.Kind, p.key)
 		}
-		next, v := algorithm.Apply(h.Limit, state, now, h.Cost)
+		var next algorithm.State
+		var v algorithm.Verdict
+		if h.Penalty != nil {
+			before := s.penaltyBefore(ps, k)
+			next, p.penalty, v = algorithm.ApplyPenalty(h.Limit, state, h.Penalty, before, now, h.Cost)
+			p.penalized = true
+		} else {
+			next, v = algorithm.Apply(h.Limit, state, now, h.Cost)
+		}
 		verdicts[p.hit] = v
 		p.state = state
 		if v.Allowed || h.Limit.Charge == algorithm.ChargeAlways {
@@ -273,11 +295,15 @@ func (s *Store) applyBatch(hits []store.Hit, verdicts []algorithm.Verdict) {
 	// The always-charged hits come first, so each counter is written in
 	// the order its hits were decided, and an admitted hit of a rejected
 	// batch reports its counter as the always-charged ones left it.
+	// Penalty states are kept whatever the outcome.
 	for k := range ps {
 		p := &ps[k]
 		h := &hits[p.hit]
 		sh := &s.shards[p.shard]
 		v := &verdicts[p.hit]
+		if p.penalized {
+			sh.savePenalty(h.Penalty, p.key, p.penalty, now, s.perShard)
+		}
 		switch {
 		case h.Limit.Charge == algorithm.ChargeAlways:
 			if charged(h.Limit, *v, h.Cost) {
@@ -305,6 +331,18 @@ func (s *Store) applyBatch(hits []store.Hit, verdicts []algorithm.Verdict) {
 		}
 		sh.mu.Unlock()
 	}
+}
+
+// penaltyBefore returns the penalty state that pending k sees: as the
+// latest earlier pending with a penalty on the same counter left it, else
+// as stored.
+func (s *Store) penaltyBefore(ps []pending, k int) algorithm.PenaltyState {
+	for j := ps[k].prev; j >= 0; j = ps[j].prev {
+		if ps[j].penalized {
+			return ps[j].penalty
+		}
+	}
+	return s.shards[ps[k].shard].loadPenalty(ps[k].key)
 }
 
 // key hashes a hit's counter identity (store.Hit.AppendIdentity).

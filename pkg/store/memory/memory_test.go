@@ -370,3 +370,34 @@ func BenchmarkFootprint(b *testing.B) {
 	}
 	b.ReportMetric(perKey, "bytes/key")
 }
+
+// TestPenaltyStatesAreBounded: penalty states count against MaxKeys and
+// are evicted like counters, so a flood of penalized clients cannot
+// exhaust memory.
+func TestPenaltyStatesAreBounded(t *testing.T) {
+	clock := storetest.NewClock(time.UnixMicro(1_750_000_000_000_000))
+	s := memory.New(memory.Options{Shards: 1, MaxKeys: 8, Now: clock.Now})
+	p := &algorithm.Penalty{Cooldown: 60e6, Factor: 2, Max: 600e6, ForgiveAfter: 3600e6}
+	l := algorithm.Limit{Kind: algorithm.FixedWindow, Requests: 1, Period: 60e6}
+	cooldowns := 0
+	for i := range 100 {
+		// Admitted, rejected, then a strike: a cooldown of a minute, unless
+		// saving one evicted the other (8 entries are few).
+		h := store.Hit{Domain: "d", Entries: []store.Entry{{Key: "k", Value: strconv.Itoa(i)}}, Limit: l, Cost: 1, Penalty: p}
+		v := make([]algorithm.Verdict, 1)
+		for range 3 {
+			if err := s.Apply(context.Background(), []store.Hit{h}, v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if v[0].Penalized {
+			cooldowns++
+		}
+		if n, np := s.Len(), memory.Penalties(s); n > 8 || np > 8 {
+			t.Fatalf("after %d clients %d entries, %d of them penalty states, want at most 8", i+1, n, np)
+		}
+	}
+	if cooldowns == 0 || memory.Penalties(s) == 0 {
+		t.Fatalf("%d cooldowns of 100 clients, %d penalty states kept", cooldowns, memory.Penalties(s))
+	}
+}

@@ -31,9 +31,20 @@ type shardFields struct {
 	applies uint32 // Applies that touched the shard
 	buckets bucketTable
 
-	windows map[uint64]windowState // fixed window, sliding-window counter
-	logs    map[uint64]logState    // sliding-window log
-	rng     uint64                 // xorshift state for eviction samples
+	windows   map[uint64]windowState  // fixed window, sliding-window counter
+	logs      map[uint64]logState     // sliding-window log
+	penalties map[uint64]penaltyState // by the key of their counter
+	rng       uint64                  // xorshift state for eviction samples
+}
+
+// penaltyKind is the candidate kind of a penalty state in an eviction
+// sample; no algorithm has it.
+const penaltyKind algorithm.Kind = 0
+
+// penaltyState is the penalty state of a counter (algorithm.Penalty).
+type penaltyState struct {
+	expiry int64
+	state  algorithm.PenaltyState
 }
 
 // windowState is the state of a fixed window or sliding-window counter.
@@ -48,7 +59,38 @@ type logState struct {
 	times  []int64
 }
 
-func (sh *shard) len() int { return sh.buckets.n + len(sh.windows) + len(sh.logs) }
+func (sh *shard) len() int {
+	return sh.buckets.n + len(sh.windows) + len(sh.logs) + len(sh.penalties)
+}
+
+// loadPenalty returns the stored penalty state of a counter, zero when
+// there is none.
+func (sh *shard) loadPenalty(key uint64) algorithm.PenaltyState {
+	return sh.penalties[key].state
+}
+
+// savePenalty stores the penalty state of a counter, or deletes it once
+// it is equivalent to a clean record. Adding one to a full shard evicts
+// first.
+func (sh *shard) savePenalty(p *algorithm.Penalty, key uint64, ps algorithm.PenaltyState, now int64, limit int) {
+	expiry := p.Expiry(ps)
+	_, found := sh.penalties[key]
+	if expiry <= now {
+		if found {
+			delete(sh.penalties, key)
+		}
+		return
+	}
+	if !found {
+		for sh.len() >= limit && sh.len() > 0 {
+			sh.evict(now)
+		}
+		if sh.penalties == nil {
+			sh.penalties = make(map[uint64]penaltyState)
+		}
+	}
+	sh.penalties[key] = penaltyState{expiry: expiry, state: ps}
+}
 
 // load returns the stored state of a counter and whether it is stored.
 func (sh *shard) load(kind algorithm.Kind, key uint64) (algorithm.State, bool) {
@@ -125,6 +167,8 @@ func (sh *shard) delete(kind algorithm.Kind, key uint64) {
 		delete(sh.windows, key)
 	case algorithm.SlidingWindowLog:
 		delete(sh.logs, key)
+	case penaltyKind:
+		delete(sh.penalties, key)
 	}
 }
 
@@ -150,6 +194,9 @@ func (sh *shard) sweepSome(kind algorithm.Kind, now int64) {
 	if all || kind == algorithm.SlidingWindowLog {
 		sweepMap(sh.logs, now, sweepSample, func(l logState) int64 { return l.expiry })
 	}
+	if all {
+		sweepMap(sh.penalties, now, sweepSample, func(p penaltyState) int64 { return p.expiry })
+	}
 }
 
 // sweepMap examines up to n entries of m from a random position and
@@ -174,14 +221,16 @@ func (sh *shard) evict(now int64) {
 	sh.rng ^= sh.rng << 17
 	var c candidate
 	// Start with a different store each time so none is favoured.
-	for i := range uint64(3) {
-		switch (sh.rng + i) % 3 {
+	for i := range uint64(4) {
+		switch (sh.rng + i) % 4 {
 		case 0:
 			sh.buckets.sample(int(sh.rng>>8), now, &c)
 		case 1:
 			sampleMap(sh.windows, now, &c, algorithm.FixedWindow, func(w windowState) int64 { return w.expiry })
 		case 2:
 			sampleMap(sh.logs, now, &c, algorithm.SlidingWindowLog, func(l logState) int64 { return l.expiry })
+		case 3:
+			sampleMap(sh.penalties, now, &c, penaltyKind, func(p penaltyState) int64 { return p.expiry })
 		}
 	}
 	if c.expired == 0 && c.live {

@@ -35,7 +35,12 @@
 // (algorithm.ChargeAlways), known counter or not: its cost must reach the
 // counter. Its verdict is not remembered (it tells when the counter is back
 // at its limit, not when a hit fits), and the entry of its counter stays,
-// since a charge only puts the counter further past its limit.
+// since a charge only puts the counter further past its limit. So does
+// every batch with a hit under a penalty (store.Hit.Penalty), whose
+// verdicts are never remembered either: each rejection of such a hit may
+// be a strike that escalates its client's cooldown, and the store keeps
+// the penalty state the whole fleet shares, so the cache must not absorb
+// them.
 //
 // # What it does not guarantee
 //
@@ -221,7 +226,7 @@ func (s *Store) Apply(ctx context.Context, hits []store.Hit, verdicts []algorith
 		case h.Cost < 0:
 			s.drop(k)
 			local = false
-		case local && h.Cost == 1 && h.Limit.Charge != algorithm.ChargeAlways:
+		case local && h.Cost == 1 && h.Limit.Charge != algorithm.ChargeAlways && h.Penalty == nil:
 			local = s.lookup(k, h.Limit, now, &verdicts[i])
 		default:
 			local = false
@@ -252,9 +257,10 @@ func keyAt(buf []byte, ends []int, i int) []byte {
 
 // remembered reports whether a hit's verdict is one the cache keeps. An
 // always-charged hit's is not: it tells when the counter is back at its
-// limit, not when a hit fits again.
+// limit, not when a hit fits again. Nor is that of a hit under a penalty,
+// which must reach the store every time.
 func remembered(h *store.Hit, v *algorithm.Verdict) bool {
-	return h.Cost == 1 && h.Limit.Charge != algorithm.ChargeAlways && !v.Allowed && v.Remaining == 0 &&
+	return h.Cost == 1 && h.Limit.Charge != algorithm.ChargeAlways && h.Penalty == nil && !v.Allowed && v.Remaining == 0 &&
 		v.RetryAfter > 0 && h.Limit.Capacity() >= 1
 }
 

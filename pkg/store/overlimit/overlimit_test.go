@@ -423,3 +423,45 @@ func TestAlwaysChargedReachesStore(t *testing.T) {
 		})
 	}
 }
+
+// TestPenalizedReachesStore: hits under a penalty always reach the store,
+// whose penalty state counts every rejection as a strike and starts the
+// cooldown that a cache would have hidden.
+func TestPenalizedReachesStore(t *testing.T) {
+	penalty := &algorithm.Penalty{Cooldown: 10_000_000, Factor: 2, Max: 60_000_000, ForgiveAfter: 60_000_000}
+	for _, l := range limits {
+		t.Run(l.Kind.String(), func(t *testing.T) {
+			clock := storetest.NewClock(start)
+			be := memoryBackend(t, clock)
+			c, err := overlimit.New(be.next, overlimit.Options{MaxBytes: 1 << 20, Now: clock.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			apply := func(h store.Hit) (algorithm.Verdict, int64) {
+				t.Helper()
+				h.Penalty = penalty
+				v := make([]algorithm.Verdict, 1)
+				before := be.calls()
+				if err := c.Apply(context.Background(), []store.Hit{h}, v); err != nil {
+					t.Fatalf("Apply: %v", err)
+				}
+				return v[0], be.calls() - before
+			}
+			if v, _ := apply(hit(l, "a", l.Capacity())); !v.Allowed {
+				t.Fatalf("filling: %+v", v)
+			}
+			if v, asked := apply(hit(l, "a", 1)); v.Allowed || v.Penalized || asked != 1 {
+				t.Fatalf("first rejection: %+v, asked %d; want a plain rejection from the store", v, asked)
+			}
+			// Sent again at once, within its Retry-After: a strike beyond
+			// the tolerance of 0, so a 10 s cooldown.
+			want := algorithm.Verdict{Penalized: true, Limit: l.Capacity(), ResetAfter: 10 * time.Second, RetryAfter: 10 * time.Second}
+			if v, asked := apply(hit(l, "a", 1)); v != want || asked != 1 {
+				t.Fatalf("second rejection: %+v, asked %d; want %+v from the store", v, asked, want)
+			}
+			if c.Len() != 0 {
+				t.Fatalf("%d entries remembered from hits under a penalty", c.Len())
+			}
+		})
+	}
+}

@@ -36,6 +36,18 @@
 -- of 1 for a soft hit (store.Hit.Soft) and 2 for an always-charged one
 -- (algorithm.ChargeAlways).
 --
+-- A hit with a penalty (algorithm.Penalty) is preceded, in the same group,
+-- by a penalty record that takes the place of a hit: its key is the
+-- counter's penalty state (the counter's key and "|p"), and its integers
+--   5 tolerance cooldown factor max forgive_after
+-- with the durations in µs. The hit after it is then decided by
+-- penalize (algorithm.ApplyPenalty), and a hit blocked by a cooldown gets
+-- 2 as its first result. The penalty state is written whatever the
+-- group's outcome, unless the group fails; its TTL ends at
+-- algorithm.Penalty.Expiry. A penalty record's five results are all 0. The
+-- Go side sends penalty records only for the hits a penalty covers (a
+-- cost of 0 or more, not charged always, on a valid limit).
+--
 -- A group whose count is 0 is instead a lease operation on one key
 -- (package algorithm's Reserve and Return): 7 integers
 --   kind requests burst period amount op window
@@ -584,6 +596,81 @@ local function leaseOp(kind, r, burst, p, amount, op, window, s)
 end
 
 ------------------------------------------------------------------------
+-- Penalties (algorithm.ApplyPenalty). State: { Until, Strikes, Last,
+-- Blocked } as a table of four numbers, stored as "U:S:L:B"; penalize
+-- adds the expiry as a fifth for write.
+
+-- penaltyLoad reads a penalty state, or returns nil and the error when the
+-- key holds a value of another type.
+local function penaltyLoad(key)
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' then return nil, v.err end
+  if not v then return { 0, 0, 0, 0 } end
+  local u, st, last, b = string.match(v, '^(%-?%d+):(%-?%d+):(%-?%d+):(%-?%d+)$')
+  return { tonumber(u) or 0, tonumber(st) or 0, tonumber(last) or 0, tonumber(b) or 0 }
+end
+
+-- penalize decides a covered hit on a counter in state s under the
+-- penalty whose integers start at byte at of argv[3] and whose state is
+-- ps. It returns what decide returns, the first result 2 for a hit
+-- rejected by a cooldown, then the new penalty state, or nil when it is
+-- unchanged.
+local function penalize(packed, at, ps, kind, r, burst, p, cost, s)
+  local _, tol, cooldown, factor, most, forgive = sunpack(HIT, packed, at)
+  local u, st, last, blocked = ps[1], ps[2], ps[3], ps[4]
+  local expiry = u
+  if last > 0 then expiry = u + forgive end
+  if now >= expiry then u, st, last, blocked = 0, 0, 0, 0 end
+  local s2, allowed, remaining, reset, retry, limit
+  if blocked > now then
+    -- A check changes no state, not even a log view.
+    _, allowed, remaining, reset, retry, limit = decide(kind, r, burst, p, 0, s, false)
+    retry = blocked - now
+    if retry > reset then reset = retry end
+    allowed, remaining = 2, 0
+  else
+    s2, allowed, remaining, reset, retry, limit = decide(kind, r, burst, p, cost, s, false)
+    if allowed == 1 then return s2, allowed, remaining, reset, retry, limit, nil end
+  end
+  -- limit is the capacity.
+  local strike = r > 0 and cost <= limit
+  if strike then
+    if now < u then st = st + 1 else st = 0 end
+    if st > tol then
+      local d = cooldown
+      if last > 0 then
+        d = last * factor
+        if d > most then d = most end
+      end
+      last, st = d, 0
+      if now + d > blocked then blocked = now + d end
+    end
+  end
+  if blocked > now then
+    retry = blocked - now
+    if retry > reset then reset = retry end
+    allowed, remaining = 2, 0
+  end
+  if strike then u = now + retry end
+  if u == ps[1] and st == ps[2] and last == ps[3] and blocked == ps[4] then
+    return s2, allowed, remaining, reset, retry, limit, nil
+  end
+  expiry = u
+  if last > 0 then expiry = u + forgive end
+  return s2, allowed, remaining, reset, retry, limit, { u, st, last, blocked, expiry }
+end
+
+-- penaltyWrite stores a changed penalty state.
+local function penaltyWrite(key, ps)
+  if ps[5] <= now then
+    redis.call('DEL', key)
+  else
+    redis.call('SET', key, format('%d:%d:%d:%d', ps[1], ps[2], ps[3], ps[4]), 'PX',
+      format('%d', ceil((ps[5] - now) / 1000) + slack))
+  end
+end
+
+------------------------------------------------------------------------
 -- The groups.
 
 -- applyOne is apply for the commonest call at ordinary load: one group of
@@ -694,6 +781,10 @@ local function apply(keys, argv)
       if n < 0 then n, phase = -n, 1 end
       local single, start, last, o0, u, ua = n == 1, pos, first + n, o, 0, 0
       local rejected, err = false, nil
+      -- pen and penAt are the key and position of the penalty record of
+      -- the next hit; pundo holds (key, state before) of each penalty
+      -- state the group changed.
+      local pen, penAt, pundo = nil, 0, nil
       if not single and not seen then seen, changed, undo = {}, {}, {} end
       if phase == 1 and not single and not seenA then seenA, changedA, undoA = {}, {}, {} end
       while phase <= 2 do
@@ -702,11 +793,23 @@ local function apply(keys, argv)
           local kind, r, burst, p, cost, flags
           local at = pos
           kind, r, burst, p, cost, flags, pos = sunpack(HIT, packed, pos)
-          local always = flags >= 2
+          local always = flags >= 2 and kind ~= 5
           if always == (phase == 1) then
             local key = keys[i]
             local allowed, remaining, reset, retry, limit = 0, 0, 0, 0, 0
-            if p <= 0 or r < 0 or kind < 1 or kind > 4 or (kind == 4 and r > MAX_LOG_REQUESTS) then
+            if kind == 5 then
+              -- A penalty record, for the next hit: read its state.
+              local ps, e = state[key], nil
+              if ps == nil then
+                ps, e = penaltyLoad(key)
+                state[key] = ps
+              end
+              if ps == nil then
+                err = e
+              else
+                pen, penAt = key, at
+              end
+            elseif p <= 0 or r < 0 or kind < 1 or kind > 4 or (kind == 4 and r > MAX_LOG_REQUESTS) then
               -- algorithm.Apply: an invalid limit rejects with a zero verdict.
               if flags == 0 or flags == 2 then rejected = true end
             else
@@ -740,7 +843,21 @@ local function apply(keys, argv)
                     state[key] = s
                   end
                 end
-                s, allowed, remaining, reset, retry, limit = decide(kind, r, burst, p, cost, s, always)
+                if pen then
+                  local ps = state[pen]
+                  local ps2
+                  s, allowed, remaining, reset, retry, limit, ps2 = penalize(packed, penAt, ps, kind, r, burst, p, cost, s)
+                  if ps2 then
+                    -- Kept whatever the outcome; the old state, should the
+                    -- group fail.
+                    state[pen] = ps2
+                    if not pundo then pundo = {} end
+                    pundo[#pundo + 1], pundo[#pundo + 2] = pen, ps
+                  end
+                  pen = nil
+                else
+                  s, allowed, remaining, reset, retry, limit = decide(kind, r, burst, p, cost, s, always)
+                end
                 if cost ~= 0 and s and (allowed == 1 or always) then
                   state[key] = s
                   if single then
@@ -767,7 +884,13 @@ local function apply(keys, argv)
       end
 
       if err then
-        -- A failed group changes nothing: phase 2, then phase 1, undone.
+        -- A failed group changes nothing: penalties, phase 2, then phase
+        -- 1, undone.
+        if pundo then
+          for x = #pundo - 1, 1, -2 do
+            state[pundo[x]] = pundo[x + 1]
+          end
+        end
         for x = 1, u, 3 do
           state[undo[x]] = undo[x + 1]
         end
@@ -775,6 +898,13 @@ local function apply(keys, argv)
           state[undoA[x]] = undoA[x + 1]
         end
       else
+        for x = 1, pundo and #pundo or 0, 2 do
+          local key = pundo[x]
+          if not dirty[key] then
+            dirty[key] = -1
+            written[#written + 1] = key
+          end
+        end
         for x = 1, ua, 3 do
           local key = undoA[x]
           if changedA[key] == g and not dirty[key] then
@@ -821,8 +951,12 @@ local function apply(keys, argv)
   -- the commands replicated.
   for x = 1, #written do
     local key = written[x]
-    local kind, _, _, p = sunpack(HIT, packed, dirty[key])
-    write(key, kind, p, state[key])
+    if dirty[key] == -1 then
+      penaltyWrite(key, state[key])
+    else
+      local kind, _, _, p = sunpack(HIT, packed, dirty[key])
+      write(key, kind, p, state[key])
+    end
   end
 
   -- Pack the results, at most 1000 at a time: unpack is bounded by Lua's

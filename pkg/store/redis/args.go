@@ -25,18 +25,44 @@ import (
 //     its number of hits n, negated when a hit of the group is charged
 //     always, then n times kind, requests, burst, period (µs), cost and
 //     flags (1 for a soft hit, plus 2 for an always-charged one), as
-//     group.add appends them.
+//     group.add appends them. A hit with a penalty is preceded by a
+//     penalty record, which takes a key (its counter's key and "|p") and
+//     the place of a hit: kind 5, then tolerance, cooldown, factor, max
+//     and forgive_after (µs), as group.addPenalty appends them.
 //
 // The reply is a list: now (µs); a string of 5 little-endian 64-bit
 // integers per hit, in hit order (allowed, remaining, resetAfter µs,
-// retryAfter µs, limit; see verdict); then, for each group that failed,
-// its number (from 1) and the error message.
+// retryAfter µs, limit; see verdict), a penalty record's all 0; then, for
+// each group that failed, its number (from 1) and the error message.
 
 // The flags of a hit in argv[3].
 const (
 	flagSoft   = 1
 	flagAlways = 2
 )
+
+// kindPenalty marks a penalty record in argv[3].
+const kindPenalty = 5
+
+// penaltySuffix ends the key of a counter's penalty state. No counter key
+// holds "|" (key.go escapes it), so none ends so.
+const penaltySuffix = "|p"
+
+// addPenalty appends the penalty record of the hit that the next add
+// appends: p, under key, the key of that hit's counter with
+// penaltySuffix.
+func (g *group) addPenalty(p *algorithm.Penalty, key string) {
+	g.keys = append(g.keys, key)
+	g.hits = append(g.hits, -1)
+	n := int64(len(g.keys))
+	if g.always {
+		n = -n
+	}
+	binary.LittleEndian.PutUint64(g.args, uint64(n))
+	for _, x := range [...]int64{kindPenalty, p.Tolerance, p.Cooldown, p.Factor, p.Max, p.ForgiveAfter} {
+		g.args = binary.LittleEndian.AppendUint64(g.args, uint64(x))
+	}
+}
 
 // add appends hit i of the batch, h, with the given cost, soft or not, and
 // charged always or not.
@@ -133,10 +159,13 @@ func (cl *call) parse(cmd *goredis.Cmd) error {
 	return nil
 }
 
-// verdict decodes the script's five integers for one hit.
+// verdict decodes the script's five integers for one hit. The first is 1
+// for an admitted hit, 0 for a rejected one, and 2 for one rejected by a
+// penalty's cooldown.
 func verdict(res []int64) algorithm.Verdict {
 	return algorithm.Verdict{
 		Allowed:    res[0] == 1,
+		Penalized:  res[0] == 2,
 		Remaining:  res[1],
 		ResetAfter: time.Duration(res[2]) * time.Microsecond,
 		RetryAfter: time.Duration(res[3]) * time.Microsecond,

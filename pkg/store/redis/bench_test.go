@@ -345,3 +345,35 @@ func hasSizeClass(t *testing.T, client *goredis.Client, size int) bool {
 	}
 	return false
 }
+
+// BenchmarkApplyPenalty is BenchmarkApply's serial case, unbatched, for a
+// token-bucket hit under a penalty, admitted every time: the script then
+// reads the counter's penalty state beside the counter (one more key, one
+// more GET, no write), on the general path instead of the one-hit path.
+func BenchmarkApplyPenalty(b *testing.B) {
+	d := standalone(b)
+	for _, penalized := range []bool{false, true} {
+		b.Run(fmt.Sprintf("penalty=%t", penalized), func(b *testing.B) {
+			client := d.client(b)
+			mp, sum := metrictest.New(b)
+			s := newStore(b, redis.Options{Client: client, BatchWindow: -1, MeterProvider: mp})
+			h := hit("serial", limit(algorithm.TokenBucket, 1e9, time.Second), 1)
+			if penalized {
+				h.Penalty = &algorithm.Penalty{Tolerance: 3, Cooldown: 10e6, Factor: 2, Max: 900e6, ForgiveAfter: 3600e6}
+			}
+			apply(b, s, h)
+			m := startMeasuring(b, client, sum)
+			hits := []store.Hit{h}
+			v := make([]algorithm.Verdict, 1)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if err := s.Apply(context.Background(), hits, v); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			m.report(b)
+		})
+	}
+}

@@ -21,8 +21,8 @@ import (
 // algorithm, limits whose products pass 2^53 (where the rounding of
 // ⌈a·b/c⌉ shows), costs around the capacity, refunds, checks and soft hits,
 // always-charged hits and reports far past any capacity (up to 2^62, past
-// algorithm.MaxCount and algorithm.MaxDebt), and batches that hit one
-// counter several times.
+// algorithm.MaxCount and algorithm.MaxDebt), penalties on two thirds of
+// the limits, and batches that hit one counter several times.
 //
 // Against a cluster every batch has one shard, so it is one slot group
 // and all-or-nothing exactly, as in the memory store; across slot groups
@@ -120,6 +120,7 @@ func runParity(t *testing.T, s *redis.Store, oneShard bool, steps int, advance f
 	limits := parityLimits(rng)
 	var granted []store.LeaseReturn
 	last := int64(0)
+	penalized := 0
 	for step := range steps {
 		if advance != nil {
 			advance(rng)
@@ -200,12 +201,18 @@ func runParity(t *testing.T, s *redis.Store, oneShard bool, steps int, advance f
 					t.Fatalf("step %d at %dµs, hit %d of %d (%s):\n got  %+v\n want %+v",
 						step, now, i, len(hits), describeHit(hits[i]), got[i], want[i])
 				}
+				if got[i].Penalized {
+					penalized++
+				}
 			}
 		}
 		if now < last {
 			t.Fatalf("step %d: decided at %d, before the previous step (%d)", step, now, last)
 		}
 		last = now
+	}
+	if penalized == 0 {
+		t.Errorf("no hit of %d steps was blocked by a penalty: the penalties went untested", steps)
 	}
 }
 
@@ -283,12 +290,23 @@ func parityHit(rng *rand.Rand, limits []algorithm.Limit, shard string) store.Hit
 		Limit:   l,
 		Cost:    cost,
 		Soft:    rng.IntN(6) == 0,
+		Penalty: parityPenalty(li),
 	}
+}
+
+// parityPenalty returns the penalty of the counters of limit li: none for
+// a third of the limits, and for the others cooldowns of tens of ms,
+// escalating and forgiven within the hundreds of ms the test spans.
+func parityPenalty(li int) *algorithm.Penalty {
+	if li%3 == 2 {
+		return nil
+	}
+	return &algorithm.Penalty{Tolerance: int64(li % 3), Cooldown: 30_000, Factor: 2, Max: 200_000, ForgiveAfter: 300_000}
 }
 
 // describeHit names a hit in a failure message.
 func describeHit(h store.Hit) string {
-	return fmt.Sprintf("%s %+v cost %d soft %t charge %v", h.Entries[0].Value, h.Limit, h.Cost, h.Soft, h.Limit.Charge)
+	return fmt.Sprintf("%s %+v cost %d soft %t charge %v penalty %+v", h.Entries[0].Value, h.Limit, h.Cost, h.Soft, h.Limit.Charge, h.Penalty)
 }
 
 // reference is the memory store on a clock of its own, which apply sets

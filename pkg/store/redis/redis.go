@@ -42,6 +42,14 @@
 //   - sliding-window log: a sorted set of one member per admitted unit,
 //     scored by its time in µs.
 //
+// A counter whose hits carry a penalty (store.Hit.Penalty) has its penalty
+// state in one more key, the counter's key followed by "|p" (so in the
+// same slot): the string "until:strikes:last:blocked" of
+// algorithm.PenaltyState, with a TTL that ends when the client is
+// forgiven (algorithm.Penalty.Expiry). The script reads it and writes it
+// in the same call as the hit; only a hit's rejection changes it, so an
+// admitted hit costs one more GET and no write.
+//
 // # Groups and what holds across them
 //
 // All keys of one script call must share a Cluster slot, so a batch is cut
@@ -382,6 +390,9 @@ func (r *request) verdicts(hits []store.Hit, verdicts []algorithm.Verdict) (reje
 			continue
 		}
 		for k, i := range g.hits {
+			if i < 0 {
+				continue // a penalty record
+			}
 			v := verdict(g.res[5*k:])
 			verdicts[i] = v
 			if !v.Allowed && !hits[i].Soft {
@@ -406,7 +417,7 @@ func (s *Store) refund(ctx context.Context, r *request, hits []store.Hit, verdic
 		var rg *group
 		for k, i := range g.hits {
 			// An always-charged hit is never given back.
-			if !verdicts[i].Allowed || hits[i].Cost <= 0 || hits[i].Limit.Charge == algorithm.ChargeAlways {
+			if i < 0 || !verdicts[i].Allowed || hits[i].Cost <= 0 || hits[i].Limit.Charge == algorithm.ChargeAlways {
 				continue
 			}
 			if rg == nil {
@@ -503,7 +514,7 @@ type group struct {
 	// args is the group as ARGV[3] packs it (see apply.lua): the number of
 	// hits, then 6 integers per hit, little-endian.
 	args []byte
-	hits []int // the index in the batch of each key's hit
+	hits []int // the index in the batch of each key's hit, -1 for a penalty record
 	res  []int64
 	// decidedAt is the script's now, in µs.
 	decidedAt int64
@@ -569,6 +580,9 @@ func (r *request) build(s *Store, hits []store.Hit, now int64) {
 				g = r.newGroup(now, slot)
 				groupSlots = append(groupSlots, slot)
 			}
+		}
+		if h.Penalty != nil && h.Penalty.Covers(h.Limit, h.Cost) {
+			g.addPenalty(h.Penalty, key+penaltySuffix)
 		}
 		g.add(h, key, i, h.Cost, h.Soft, h.Limit.Charge == algorithm.ChargeAlways)
 	}

@@ -71,6 +71,8 @@ type Hit struct {
 	Soft  bool
 	// Always sets the Limit's Charge to algorithm.ChargeAlways.
 	Always bool
+	// Penalty is passed as store.Hit.Penalty.
+	Penalty *algorithm.Penalty
 }
 
 // Run runs every vector of Vectors against one store built by newStore. The
@@ -144,6 +146,7 @@ func (v Vector) storeHit(h Hit) store.Hit {
 		Limit:   limit,
 		Cost:    h.Cost,
 		Soft:    h.Soft,
+		Penalty: h.Penalty,
 	}
 }
 
@@ -162,10 +165,13 @@ func describe(h store.Hit) string {
 	if h.Soft {
 		b.WriteString(" soft")
 	}
+	if p := h.Penalty; p != nil {
+		fmt.Fprintf(&b, " penalty %d/%dµs×%d≤%dµs~%dµs", p.Tolerance, p.Cooldown, p.Factor, p.Max, p.ForgiveAfter)
+	}
 	return b.String()
 }
 
 func format(v algorithm.Verdict) string {
-	return fmt.Sprintf("{Allowed:%t Limit:%d Remaining:%d ResetAfter:%v RetryAfter:%v}",
-		v.Allowed, v.Limit, v.Remaining, v.ResetAfter, v.RetryAfter)
+	return fmt.Sprintf("{Allowed:%t Limit:%d Remaining:%d ResetAfter:%v RetryAfter:%v Penalized:%t}",
+		v.Allowed, v.Limit, v.Remaining, v.ResetAfter, v.RetryAfter, v.Penalized)
 }

@@ -14,15 +14,16 @@ import (
 // checked against the batch rules without any real store.
 func TestVectors(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, clock *storetest.Clock) store.Store {
-		return &mapStore{clock: clock, states: map[string]algorithm.State{}}
+		return &mapStore{clock: clock, states: map[string]algorithm.State{}, penalties: map[string]algorithm.PenaltyState{}}
 	})
 }
 
 // mapStore is the simplest store.Store: a map from a printed key to the
 // State, with the batch rules written out plainly.
 type mapStore struct {
-	clock  *storetest.Clock
-	states map[string]algorithm.State
+	clock     *storetest.Clock
+	states    map[string]algorithm.State
+	penalties map[string]algorithm.PenaltyState // committed whatever the batch's outcome
 }
 
 func (m *mapStore) Apply(_ context.Context, hits []store.Hit, verdicts []algorithm.Verdict) error {
@@ -57,6 +58,9 @@ func (m *mapStore) Apply(_ context.Context, hits []store.Hit, verdicts []algorit
 			continue
 		}
 		next, v := algorithm.Apply(h.Limit, state(key(h)), now, h.Cost)
+		if h.Penalty != nil {
+			next, m.penalties[key(h)], v = algorithm.ApplyPenalty(h.Limit, state(key(h)), h.Penalty, m.penalties[key(h)], now, h.Cost)
+		}
 		verdicts[i] = v
 		if v.Allowed {
 			staged[key(h)] = next

@@ -23,7 +23,7 @@ func Vectors() []Vector {
 	for _, av := range algorithmtest.Vectors() {
 		v := Vector{Name: av.Name, Limit: av.Limit, Start: av.Start, Steps: make([]Step, len(av.Steps))}
 		for i, s := range av.Steps {
-			v.Steps[i] = Step{At: s.At, Hits: []Hit{{Cost: s.Cost, Always: s.Always}}, Want: []algorithm.Verdict{s.Want}}
+			v.Steps[i] = Step{At: s.At, Hits: []Hit{{Cost: s.Cost, Always: s.Always, Penalty: av.Penalty}}, Want: []algorithm.Verdict{s.Want}}
 		}
 		vs = append(vs, v)
 	}
@@ -299,6 +299,22 @@ func Vectors() []Vector {
 			},
 		},
 
+		{
+			// A hit blocked by a penalty rejects its batch; a strike counts
+			// whatever the batch's outcome, a soft hit's too.
+			Name: "batch/penalty", Limit: fixedWindow(1, sec), Start: algorithmtest.Start,
+			Steps: []Step{
+				{Hits: []Hit{{Key: "a", Cost: 1, Penalty: batchPenalty}}, Want: []algorithm.Verdict{ok(1, 0, sec)}},
+				{Hits: []Hit{{Key: "a", Cost: 1, Penalty: batchPenalty}}, Want: []algorithm.Verdict{no(1, 0, sec, sec)}},
+				{At: 100 * ms, Hits: []Hit{{Key: "b", Cost: 1}, {Key: "a", Cost: 1, Penalty: batchPenalty}},
+					Want: []algorithm.Verdict{ok(1, 1, 0), pen(1, 10*sec, 10*sec)}},
+				{At: 100 * ms, Hits: []Hit{{Key: "b", Cost: 1}}, Want: []algorithm.Verdict{ok(1, 0, 900*ms)}},
+				{At: 200 * ms, Hits: []Hit{{Key: "c", Cost: 1}, {Key: "a", Cost: 1, Soft: true, Penalty: batchPenalty}},
+					Want: []algorithm.Verdict{ok(1, 0, 800*ms), pen(1, 20*sec, 20*sec)}},
+				{At: 300 * ms, Hits: []Hit{{Key: "a", Cost: 0, Penalty: batchPenalty}}, Want: []algorithm.Verdict{pen(1, 40*sec, 40*sec)}},
+			},
+		},
+
 		// Counter identity: Domain, Entries, Kind and Period.
 		{
 			Name: "identity/limit_changes", Start: algorithmtest.Start,
@@ -347,6 +363,17 @@ func slidingCounter(requests int64, period time.Duration) algorithm.Limit {
 
 func slidingLog(requests int64, period time.Duration) algorithm.Limit {
 	return algorithm.Limit{Kind: algorithm.SlidingWindowLog, Requests: requests, Period: period.Microseconds()}
+}
+
+// batchPenalty is the penalty of the batch/penalty vector: no strike
+// tolerated, cooldowns of 10 s doubling up to a minute.
+var batchPenalty = &algorithm.Penalty{
+	Cooldown: (10 * sec).Microseconds(), Factor: 2, Max: time.Minute.Microseconds(), ForgiveAfter: time.Minute.Microseconds(),
+}
+
+// pen is the verdict of a hit rejected by a penalty's cooldown.
+func pen(limit int64, resetAfter, retryAfter time.Duration) algorithm.Verdict {
+	return algorithm.Verdict{Penalized: true, Limit: limit, ResetAfter: resetAfter, RetryAfter: retryAfter}
 }
 
 // ok is an admitted verdict.
