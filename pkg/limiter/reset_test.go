@@ -168,3 +168,24 @@ func TestResetEnvoyOverride(t *testing.T) {
 		t.Fatalf("after the reset: %v, want OK", resp.Code)
 	}
 }
+
+// TestResetForgivesPenalty checks that a reset ends a client's penalty as
+// well as its count: the client is admitted at once.
+func TestResetForgivesPenalty(t *testing.T) {
+	f := newFixture(t, penaltyYAML, nil)
+	r := req("api", d("client=c1"))
+	for i, want := range []Code{OK, OK, OverLimit} {
+		if resp := f.check(t, r); resp.Code != want {
+			t.Fatalf("hit %d: %v, want %v", i, resp.Code, want)
+		}
+	}
+	if resp := f.check(t, r); !resp.Statuses[0].Penalized {
+		t.Fatalf("a hit within Retry-After: %+v, want penalized", resp.Statuses[0])
+	}
+	if _, err := f.lim.Reset(context.Background(), r); err != nil {
+		t.Fatalf("Reset: %v", err)
+	}
+	if resp := f.check(t, r); resp.Code != OK {
+		t.Fatalf("after Reset: %+v, want OK", resp.Statuses[0])
+	}
+}

@@ -379,8 +379,8 @@ func hashIdentity(seed maphash.Seed, b []byte) uint64 {
 	return 1 // 0 marks an empty slot of a bucketTable
 }
 
-// Clear deletes the counters of hits (see store.Clear in package store's
-// documentation). It never fails.
+// Clear deletes the counters of hits and their penalty states (see
+// store.Clear in package store's documentation). It never fails.
 func (s *Store) Clear(_ context.Context, counters []store.Hit) error {
 	for i := range counters {
 		h := &counters[i]
@@ -388,6 +388,7 @@ func (s *Store) Clear(_ context.Context, counters []store.Hit) error {
 		sh := &s.shards[key>>s.shift]
 		sh.mu.Lock()
 		sh.delete(h.Limit.Kind, key)
+		sh.delete(penaltyKind, key)
 		sh.mu.Unlock()
 	}
 	return nil

@@ -11,7 +11,8 @@ import (
 
 // Clear deletes the key of every counter (see store.Clear in package
 // store's documentation): one key per counter whatever its algorithm, so
-// the next hit finds it empty. The DELs go in one pipeline, which a Cluster
+// the next hit finds it empty, and the key of its penalty state, so a
+// reset client is forgiven too. The DELs go in one pipeline, which a Cluster
 // client splits by node. A failure wraps store.ErrUnavailable.
 func (s *Store) Clear(ctx context.Context, counters []store.Hit) error {
 	if len(counters) == 0 {
@@ -26,7 +27,7 @@ func (s *Store) Clear(ctx context.Context, counters []store.Hit) error {
 	_, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
 		for i := range counters {
 			key, _ := Key(s.prefix, &counters[i])
-			p.Del(ctx, key)
+			p.Del(ctx, key, key+penaltySuffix)
 		}
 		return nil
 	})
