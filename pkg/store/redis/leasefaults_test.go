@@ -2,7 +2,6 @@ package redis_test
 
 import (
 	"bufio"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -335,21 +333,17 @@ func (f *faultFleet) judge(t *testing.T, name string, from int64) (admitted, fal
 			rejections[w]++
 		}
 	}
-	sortByAfter(events)
-	admitted, falses, _, over := judgeCounter(t, f.l, events, f.longest)
-	if over != "" {
-		t.Errorf("%s: %s", name, over)
+	j := judgeCounter(t, f.l, events, f.longest)
+	if j.breach != "" {
+		t.Errorf("%s: %s", name, j.breach)
 	}
+	admitted, falses = j.admitted, j.falses
 	if f.l.Kind == algorithm.FixedWindow {
 		for w, n := range rejections {
 			lost += min(n, max(0, f.l.Requests-perWindow[w]))
 		}
 	}
 	return admitted, falses, lost
-}
-
-func sortByAfter(events []fleetEvent) {
-	slices.SortFunc(events, func(a, b fleetEvent) int { return cmp.Compare(a.after, b.after) })
 }
 
 // startOfWindowAt returns the instant offset into the next window of p µs.
