@@ -302,7 +302,7 @@ func (s *Store) applyStrict(ctx context.Context, hits []store.Hit, ds []decision
 		if d := &ds[i]; d.probe {
 			sh := &s.shards[d.c.key%shardCount]
 			sh.mu.Lock()
-			d.c.strictAnswer(sv[j], hits[i].Cost, now)
+			d.c.strictAnswer(sv[j], hits[i].Cost, now, s.interval)
 			sh.mu.Unlock()
 		}
 	}
