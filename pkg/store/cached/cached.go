@@ -78,10 +78,16 @@ const (
 	// decided strictly.
 	attempts = 3
 	// shareDivisor caps a lease at what its counter held for everyone at
-	// the last answer divided by shareDivisor; below shareDivisor left a
-	// hit no lease covers is decided strictly, and below twice that
-	// nothing is reserved ahead (see the package doc).
+	// the last answer divided by shareDivisor (see the package doc).
 	shareDivisor = 64
+	// strictBelow is the remainder below which a hit no lease covers is
+	// decided strictly, and aheadBelow the one below which nothing is
+	// reserved ahead: a hit held in a lease while the counter is at its
+	// limit turns every rejection meanwhile into a false one, and a
+	// saturated sliding window or bucket, which frees room continuously,
+	// stays that near its limit.
+	strictBelow = 4 * shareDivisor
+	aheadBelow  = 2 * strictBelow
 )
 
 // Store is a store.Store that decides cached hits from leases and passes
@@ -479,7 +485,7 @@ func (s *Store) maybeRenew(c *counter, now int64) {
 	if c.renewing != nil || c.queued || c.gone || c.overUntil > now {
 		return
 	}
-	if c.leftAt(now) < 2*shareDivisor {
+	if c.leftAt(now) < aheadBelow {
 		// Near the limit a hit reserved ahead may sit here while another
 		// instance is refused it: reserve only on demand.
 		return

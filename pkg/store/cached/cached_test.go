@@ -533,7 +533,7 @@ func TestPreviousWindowWeighsOnTheNextLease(t *testing.T) {
 // once that lease is given back, the refused instance admits again within
 // a RenewInterval, not only when the window ends.
 func TestHitsGivenBackReachAnInstanceThatWasRefused(t *testing.T) {
-	l := algorithm.Limit{Kind: algorithm.FixedWindow, Requests: 200, Period: hour}
+	l := algorithm.Limit{Kind: algorithm.FixedWindow, Requests: 2000, Period: hour}
 	synctest.Test(t, func(t *testing.T) {
 		m := memory.New(memory.Options{Now: time.Now})
 		holder := cached.New(cached.Options{Inner: m, Leaser: m})
@@ -563,5 +563,34 @@ func TestHitsGivenBackReachAnInstanceThatWasRefused(t *testing.T) {
 		if v := apply(t, refused, hitOn("a", l, 1)); !v.Allowed {
 			t.Fatalf("rejected after the lease was given back: %+v", v)
 		}
+	})
+}
+
+// TestNearItsLimitACounterIsDecidedStrictly leaves a counter 200 hits
+// short of its limit: its hits are decided by the shared counter, with no
+// lease held here that the other instances would be refused.
+func TestNearItsLimitACounterIsDecidedStrictly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := memory.New(memory.Options{Now: time.Now})
+		w := &wanting{Store: m}
+		_, s := newPair(t, cached.Options{Inner: m, Leaser: w})
+		apply(t, m, hitOn("a", fixed, fixed.Requests-200))
+		apply(t, s, hitOn("a", fixed, 1)) // learns what is left
+		synctest.Wait()
+		w.mu.Lock()
+		reserved := len(w.wants)
+		w.mu.Unlock()
+		for i := range 50 {
+			if v := apply(t, s, hitOn("a", fixed, 1)); !v.Allowed {
+				t.Fatalf("hit %d rejected: %+v", i, v)
+			}
+			synctest.Wait()
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if n := len(w.wants) - reserved; n != 0 {
+			t.Fatalf("%d reservations (asking for %v) with 200 hits left, want none", n, w.wants[reserved:])
+		}
+		conserved(t, m, s, "a", fixed, fixed.Requests-200+51)
 	})
 }

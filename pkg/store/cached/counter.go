@@ -135,7 +135,7 @@ func (c *counter) spend(s *Store, h *store.Hit, d *decision, v *algorithm.Verdic
 	case c.overUntil > now:
 		*v = c.over(now)
 		return spendOver
-	case c.leftAt(now) < shareDivisor:
+	case c.leftAt(now) < strictBelow:
 		// Near the limit a lease would be a single hit held while others
 		// starve: decide strictly, as the shared counter would.
 		d.inner, d.strict, d.probe = true, h.Cost, true
