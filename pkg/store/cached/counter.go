@@ -35,8 +35,8 @@ type counter struct {
 	// give back what they hold), at most retryAt, when the counter itself
 	// said a hit may pass.
 	overUntil, retryAt int64
-	// renewing is closed when the reservation in flight is answered.
-	renewing chan struct{}
+	// renewing is the reservation in flight, if any.
+	renewing *renewal
 	queued   bool
 	gone     bool
 

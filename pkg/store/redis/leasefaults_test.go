@@ -698,3 +698,108 @@ func TestCachedRedisRestartWithLeasesHeld(t *testing.T) {
 	t.Logf("RESULT restart with leases held: held %d at the restart; the restart window admitted %d from the restart on (limit %d), the next %d",
 		held, perWindow[first], l.Requests, perWindow[first+l.Period])
 }
+
+// announcing is a shared store that tells reserving when a Reserve
+// starts.
+type announcing struct {
+	shared
+	reserving chan struct{}
+}
+
+func (a announcing) Reserve(ctx context.Context, reqs []store.LeaseRequest, leases []algorithm.Lease) error {
+	select {
+	case a.reserving <- struct{}{}:
+	default:
+	}
+	return a.shared.Reserve(ctx, reqs, leases)
+}
+
+// TestWaitersGiveUpOnAHungRedis hangs Redis while a hit reserves a lease:
+// a second hit, which finds the lease empty and waits for that
+// reservation, gives up with an error wrapping store.ErrUnavailable as
+// soon as the reservation fails (the store gives up on the hung server
+// within seconds, before the first hit's deadline) or the breaker refuses
+// a call, rather than reserving again on the hung server or waiting on.
+func TestWaitersGiveUpOnAHungRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("Redis hangs for real")
+	}
+	for _, tc := range []struct {
+		name string
+		// refuse opens the breaker with strict hits meanwhile.
+		refuse bool
+	}{
+		{"the reservation fails", false},
+		{"the breaker refuses", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.StartStandalone(t)
+			c := goredis.NewClient(&goredis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+			t.Cleanup(func() { _ = c.Close() })
+			br, err := breaker.New(newStore(t, redis.Options{Client: c, KeyPrefix: "wg"}), breaker.Options{Failures: 3, OpenFor: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			reserving := make(chan struct{}, 1)
+			s := cached.New(cached.Options{Inner: br, Leaser: announcing{br, reserving}, Timeout: time.Hour})
+			firstCtx, cancelFirst := context.WithTimeout(context.Background(), 3*faultDeadline)
+			t.Cleanup(func() {
+				cancelFirst()
+				srv.Continue()
+				_ = s.Close(context.Background())
+			})
+			l := algorithm.Limit{Kind: algorithm.FixedWindow, Requests: 1_000_000, Period: 3_600_000_000}
+			leased := []store.Hit{{Domain: "d", Entries: []store.Entry{{Key: "k", Value: "leased"}}, Limit: l, Cost: 1, Cached: true}}
+			srv.Stop()
+			first := make(chan error, 1)
+			go func() { first <- s.Apply(firstCtx, leased, make([]algorithm.Verdict, 1)) }()
+			select {
+			case <-reserving:
+			case <-time.After(faultDeadline):
+				t.Fatal("the first hit reserved nothing")
+			}
+			type outcome struct {
+				err      error
+				deadline error // the hit's own context's, when it returned
+			}
+			done := make(chan outcome, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), faultDeadline)
+				defer cancel()
+				err := s.Apply(ctx, leased, make([]algorithm.Verdict, 1))
+				done <- outcome{err: err, deadline: ctx.Err()}
+			}()
+			if tc.refuse {
+				strict := []store.Hit{{Domain: "d", Entries: []store.Entry{{Key: "k", Value: "strict"}}, Limit: l, Cost: 1}}
+				var refusal store.RetryAfterError
+				for i := 0; !errors.As(err, &refusal); i++ {
+					if i == 10 {
+						t.Fatalf("the breaker refused no strict hit: %v", err)
+					}
+					ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+					err = s.Apply(ctx, strict, make([]algorithm.Verdict, 1))
+					cancel()
+				}
+			}
+			select {
+			case o := <-done:
+				var refusal store.RetryAfterError
+				switch {
+				case !errors.Is(o.err, store.ErrUnavailable):
+					t.Fatalf("the waiting hit failed with %v, want an error wrapping store.ErrUnavailable", o.err)
+				case o.deadline != nil:
+					t.Fatalf("the waiting hit failed at its own deadline (%v): %v", o.deadline, o.err)
+				case !strings.HasPrefix(o.err.Error(), "cached store: waiting for a lease: "):
+					t.Fatalf("the waiting hit failed with %v, want the failure of what it waited for", o.err)
+				case tc.refuse && !errors.As(o.err, &refusal):
+					t.Fatalf("the waiting hit failed with %v, want the breaker's refusal", o.err)
+				case tc.refuse && len(first) > 0:
+					t.Fatalf("the waiting hit gave up only once the reservation it waited for had failed (%v)", <-first)
+				}
+				t.Logf("the waiting hit failed with: %v", o.err)
+			case <-time.After(2 * faultDeadline):
+				t.Fatal("the waiting hit never returned")
+			}
+		})
+	}
+}
