@@ -193,9 +193,9 @@ func TestFleetNeverExceedsTheLimit(t *testing.T) {
 						rate := float64(falses) / float64(max(admitted, 1))
 						t.Logf("RESULT %s decisions=%d admitted=%d false=%d rate=%.4f%% local=%.1f%%", name, len(run.events), admitted, falses, 100*rate,
 							100*float64(run.local)/float64(run.local+run.io))
-						// Limits of a handful of hits are decided nearly
-						// strictly; their rates are reported, not bounded.
-						if requests >= 100 && rate >= 0.001 {
+						// Below 0.1 %, which for the smaller limits means
+						// none at all.
+						if rate >= 0.001 {
 							t.Errorf("false rejections %.4f%% of admitted hits, want below 0.1%%", 100*rate)
 						}
 					})
