@@ -212,7 +212,8 @@ type faultFleet struct {
 	wg      sync.WaitGroup
 }
 
-// newFaultFleet starts instances cached stores on the Redis at addr.
+// newFaultFleet starts instances cached stores on the Redis at addr, or
+// on the Cluster whose nodes addr lists, separated by commas.
 func newFaultFleet(t *testing.T, addr, prefix string, l algorithm.Limit, instances int) *faultFleet {
 	f := &faultFleet{
 		l:         l,
@@ -224,7 +225,10 @@ func newFaultFleet(t *testing.T, addr, prefix string, l algorithm.Limit, instanc
 		hit:       []store.Hit{{Domain: "faults", Entries: []store.Entry{{Key: "k", Value: "v"}}, Limit: l, Cost: 1, Cached: true}},
 	}
 	for i := range instances {
-		c := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+		var c goredis.UniversalClient = goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+		if addrs := strings.Split(addr, ","); len(addrs) > 1 {
+			c = goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true, MaxRetries: -1})
+		}
 		t.Cleanup(func() { _ = c.Close() })
 		r := newStore(t, redis.Options{Client: c, KeyPrefix: prefix})
 		br, err := breaker.New(r, breaker.Options{Failures: 3, OpenFor: 200 * time.Millisecond, OnChange: func(s breaker.State) {
@@ -496,13 +500,13 @@ const holderEnv = "TOLLGATE_TEST_LEASE_HOLDER"
 // killedLimit is the limit of TestCachedKilledProcess.
 var killedLimit = algorithm.Limit{Kind: algorithm.FixedWindow, Requests: 2000, Period: 1_000_000}
 
-// TestCachedKilledProcess is TestCachedKilledHolder with a real process:
-// the test binary runs again as a holder, a cached store on the same
-// Redis offering a third of the load, tracing every lease event and
-// decision on its stdout, and is killed with SIGKILL in the middle of a
-// window. What it held is read from the trace, counting a reservation in
-// flight as granted in full and a decision cut off as unspent, so it is
-// never underestimated.
+// TestCachedKilledProcess is TestCachedKilledHolder with a real process,
+// on a standalone Redis and on a three-master Cluster: the test binary
+// runs again as a holder, a cached store on the same Redis offering a
+// third of the load, tracing every lease event and decision on its stdout,
+// and is killed with SIGKILL in the middle of a window. What it held is
+// read from the trace, counting a reservation in flight as granted in full
+// and a decision cut off as unspent, so it is never underestimated.
 func TestCachedKilledProcess(t *testing.T) {
 	if env := os.Getenv(holderEnv); env != "" {
 		runHolder(t, env)
@@ -511,13 +515,27 @@ func TestCachedKilledProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the fleet runs on real time")
 	}
-	srv := redistest.StartStandalone(t)
+	for _, deployment := range []struct {
+		name  string
+		start func(t *testing.T) string // the address(es) of newFaultFleet
+	}{
+		{"standalone", func(t *testing.T) string { return redistest.StartStandalone(t).Addr }},
+		{"cluster", func(t *testing.T) string { return strings.Join(redistest.StartCluster(t).Addrs(), ",") }},
+	} {
+		t.Run(deployment.name, func(t *testing.T) {
+			killProcess(t, deployment.start(t))
+		})
+	}
+}
+
+// killProcess runs TestCachedKilledProcess on the Redis at addr.
+func killProcess(t *testing.T, addr string) {
 	l := killedLimit
-	f := newFaultFleet(t, srv.Addr, "proc", l, 2)
+	f := newFaultFleet(t, addr, "proc", l, 2)
 	start := startOfWindowAt(l.Period, 0)
 	end := start.Add(2500 * time.Millisecond)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCachedKilledProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d %d", holderEnv, srv.Addr, start.UnixNano(), end.UnixNano()))
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d %d", holderEnv, addr, start.UnixNano(), end.UnixNano()))
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
