@@ -31,9 +31,9 @@ type counter struct {
 	// left is what the counter held for everyone after the last grant.
 	left int64
 	// overUntil is until when hits are rejected here, without asking
-	// the counter: at most one RenewInterval after a refusal (others may
-	// give back what they hold), at most retryAt, when the counter itself
-	// said a hit may pass.
+	// the counter: at most retryAt, when the counter itself said a hit
+	// may pass, and at most one RenewInterval after a refusal, since
+	// others may give back what they hold (see markOver).
 	overUntil, retryAt int64
 	// renewing is the reservation in flight, if any.
 	renewing *renewal
