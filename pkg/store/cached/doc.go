@@ -119,9 +119,10 @@
 // An instance that dies without Close
 // takes its unspent leases with it: those hits stay charged until their
 // window ends, or for a bucket until they refill, and are at most what it
-// held (TestKilledHolder measures this, and on a real Redis
-// TestCachedKilledHolder and TestCachedKilledProcess, the latter with a
-// process killed with SIGKILL, in package redis). Nothing a dead or slow
+// held (TestKilledHolder and, for a bucket, TestKilledBucketHolder
+// measure this, and on a real Redis TestCachedKilledHolder and
+// TestCachedKilledProcess, the latter with a process killed with SIGKILL,
+// standalone and on a Cluster, in package redis). Nothing a dead or slow
 // instance does can cause overage.
 //
 // # Lifecycle
