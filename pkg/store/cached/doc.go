@@ -144,9 +144,12 @@
 // reservation's failure (unless it failed only because its caller's
 // context ended: the waiter then reserves itself), or as soon as the
 // shared store refuses any call of this Store with a
-// store.RetryAfterError, as an open circuit breaker does: on a hung Redis
-// it waits no longer than the breaker takes to open, not its deadline
-// (TestWaitersGiveUpOnAHungRedis in package redis). Returns that fail are dropped (the hits stay charged: a
+// store.RetryAfterError, as an open circuit breaker does. On a hung Redis
+// a waiter is thus released by the first call the open breaker refuses,
+// or when the reservation it waits for fails (a background renewal within
+// Options.Timeout), not at its own deadline; with no other call and a
+// reserving hit whose deadline is as long as its own, it still waits that
+// long (TestWaitersGiveUpOnAHungRedis in package redis). Returns that fail are dropped (the hits stay charged: a
 // false rejection, never overage). A hung Redis may still run, once it
 // resumes, the calls that timed out: reservations nobody holds, charged
 // until their window ends (false rejections again).
