@@ -78,10 +78,16 @@ const (
 	// decided strictly.
 	attempts = 3
 	// shareDivisor caps a lease at what its counter held for everyone at
-	// the last answer divided by shareDivisor; below shareDivisor left a
-	// hit no lease covers is decided strictly, and below twice that
-	// nothing is reserved ahead (see the package doc).
+	// the last answer divided by shareDivisor (see the package doc).
 	shareDivisor = 64
+	// strictBelow is the remainder below which a hit no lease covers is
+	// decided strictly, and aheadBelow the one below which nothing is
+	// reserved ahead: a hit held in a lease while the counter is at its
+	// limit turns every rejection meanwhile into a false one, and a
+	// saturated sliding window or bucket, which frees room continuously,
+	// stays that near its limit.
+	strictBelow = 4 * shareDivisor
+	aheadBelow  = 2 * strictBelow
 )
 
 // Store is a store.Store that decides cached hits from leases and passes
@@ -100,10 +106,15 @@ type Store struct {
 	log      *slog.Logger
 	shards   [shardCount]shard
 
-	mu       sync.Mutex // guards renewals and returns
+	mu       sync.Mutex // guards renewals, returns and refusals
 	renewals []*counter
 	returns  []store.LeaseReturn
 	kick     chan struct{}
+	// refused is closed, and replaced, when the shared store refuses a
+	// call (an open circuit breaker), with refusal its error: hits that
+	// wait for a reservation give up then.
+	refused chan struct{}
+	refusal error
 
 	closed atomic.Bool
 	cancel context.CancelFunc
@@ -135,6 +146,7 @@ func New(opts Options) *Store {
 		seed:     maphash.MakeSeed(),
 		log:      opts.Logger,
 		kick:     make(chan struct{}, 1),
+		refused:  make(chan struct{}),
 		done:     make(chan struct{}),
 	}
 	s.lifetime = orDefault(opts.Lifetime, 5*time.Duration(s.interval)*time.Microsecond)
@@ -225,7 +237,9 @@ func (s *Store) Apply(ctx context.Context, hits []store.Hit, verdicts []algorith
 	}
 	if !leasing || s.closed.Load() {
 		s.m.paths[pathStrict].Add(int64(len(hits)))
-		return s.inner.Apply(ctx, hits, verdicts)
+		err := s.inner.Apply(ctx, hits, verdicts)
+		s.observe(err)
+		return err
 	}
 	var inline [inlineHits]decision
 	ds := inline[:0]
@@ -297,6 +311,7 @@ func (s *Store) applyStrict(ctx context.Context, hits []store.Hit, ds []decision
 		sh, sv, si = append(sh, h), append(sv, algorithm.Verdict{}), append(si, i)
 	}
 	if err := s.inner.Apply(ctx, sh, sv); err != nil {
+		s.observe(err)
 		return err
 	}
 	for j, i := range si {
@@ -304,7 +319,7 @@ func (s *Store) applyStrict(ctx context.Context, hits []store.Hit, ds []decision
 		if d := &ds[i]; d.probe {
 			sh := &s.shards[d.c.key%shardCount]
 			sh.mu.Lock()
-			d.c.strictAnswer(sv[j], hits[i].Cost, now)
+			d.c.strictAnswer(sv[j], hits[i].Cost, now, s.interval)
 			sh.mu.Unlock()
 		}
 	}
@@ -421,8 +436,21 @@ func (s *Store) remove(sh *shard, c *counter) {
 	c.release(s)
 }
 
+// renewal is a reservation in flight for a counter.
+type renewal struct {
+	// done is closed when the reservation is answered, after err is set.
+	done chan struct{}
+	// err is the failure the hits waiting for it give up with; nil when
+	// it succeeded, or failed only because its caller's context ended
+	// (the waiters then try themselves).
+	err error
+}
+
 // acquire makes sure a reservation for c has been answered since the call:
 // it waits for the one in flight, or reserves at least need hits itself.
+// A wait ends early, with an error, when that reservation fails or the
+// shared store refuses a call meanwhile: a hung store then costs a hit no
+// more than the breaker takes to open, not its whole deadline.
 func (s *Store) acquire(ctx context.Context, c *counter, need int64) error {
 	sh := &s.shards[c.key%shardCount]
 	sh.mu.Lock()
@@ -430,24 +458,39 @@ func (s *Store) acquire(ctx context.Context, c *counter, need int64) error {
 		sh.mu.Unlock()
 		return nil
 	}
-	if ch := c.renewing; ch != nil {
+	if r := c.renewing; r != nil {
 		sh.mu.Unlock()
+		s.mu.Lock()
+		refused := s.refused
+		s.mu.Unlock()
 		select {
-		case <-ch:
+		case <-r.done:
+			if r.err != nil {
+				return fmt.Errorf("cached store: waiting for a lease: %w", r.err)
+			}
 			return nil
+		case <-refused:
+			s.mu.Lock()
+			err := s.refusal
+			s.mu.Unlock()
+			return fmt.Errorf("cached store: waiting for a lease: %w", err)
 		case <-ctx.Done():
 			return fmt.Errorf("cached store: waiting for a lease: %w: %w", store.ErrUnavailable, ctx.Err())
 		}
 	}
-	ch := make(chan struct{})
-	c.renewing = ch
+	r := &renewal{done: make(chan struct{})}
+	c.renewing = r
 	req := c.request(s, need)
 	sh.mu.Unlock()
 	at := s.now()
 	var lease [1]algorithm.Lease
 	err := s.leaser.Reserve(ctx, []store.LeaseRequest{req}, lease[:])
 	s.m.call(ctx, opReserve, err)
-	s.finish(c, ch, at, lease[0], err)
+	s.observe(err)
+	if err != nil && ctx.Err() == nil {
+		r.err = err
+	}
+	s.finish(c, r, at, lease[0], err)
 	if err != nil {
 		return fmt.Errorf("cached store: reserving a lease: %w", err)
 	}
@@ -461,11 +504,11 @@ func (s *Store) acquire(ctx context.Context, c *counter, need int64) error {
 
 // finish installs the answer of a reservation made at at for c and wakes
 // whoever waits for it.
-func (s *Store) finish(c *counter, ch chan struct{}, at int64, lease algorithm.Lease, err error) {
+func (s *Store) finish(c *counter, r *renewal, at int64, lease algorithm.Lease, err error) {
 	sh := &s.shards[c.key%shardCount]
 	sh.mu.Lock()
 	c.renewing = nil
-	close(ch)
+	close(r.done)
 	if err == nil {
 		s.m.granted(lease.Hits)
 		c.install(s, at, lease)
@@ -481,7 +524,7 @@ func (s *Store) maybeRenew(c *counter, now int64) {
 	if c.renewing != nil || c.queued || c.gone || c.overUntil > now {
 		return
 	}
-	if c.leftAt(now) < 2*shareDivisor {
+	if c.leftAt(now) < aheadBelow {
 		// Near the limit a hit reserved ahead may sit here while another
 		// instance is refused it: reserve only on demand.
 		return
@@ -499,6 +542,21 @@ func (s *Store) maybeRenew(c *counter, now int64) {
 	s.renewals = append(s.renewals, c)
 	s.mu.Unlock()
 	s.wake()
+}
+
+// observe takes in the outcome of a call to the shared store: a refusal
+// (a store.RetryAfterError, such as an open breaker's) wakes the hits
+// waiting for reservations, which give up with it.
+func (s *Store) observe(err error) {
+	var refusal store.RetryAfterError
+	if err == nil || !errors.Is(err, store.ErrUnavailable) || !errors.As(err, &refusal) {
+		return
+	}
+	s.mu.Lock()
+	s.refusal = err
+	close(s.refused)
+	s.refused = make(chan struct{})
+	s.mu.Unlock()
 }
 
 func (s *Store) wake() {
@@ -581,16 +639,16 @@ func (s *Store) renew(ctx context.Context) {
 	}
 	cs := queued[:0]
 	reqs := make([]store.LeaseRequest, 0, len(queued))
-	chans := make([]chan struct{}, 0, len(queued))
+	rs := make([]*renewal, 0, len(queued))
 	for _, c := range queued {
 		sh := &s.shards[c.key%shardCount]
 		sh.mu.Lock()
 		c.queued = false
 		if !c.gone && c.renewing == nil {
-			ch := make(chan struct{})
-			c.renewing = ch
+			r := &renewal{done: make(chan struct{})}
+			c.renewing = r
 			reqs = append(reqs, c.request(s, 1))
-			cs, chans = append(cs, c), append(chans, ch)
+			cs, rs = append(cs, c), append(rs, r)
 		}
 		sh.mu.Unlock()
 	}
@@ -603,11 +661,13 @@ func (s *Store) renew(ctx context.Context) {
 	err := s.leaser.Reserve(call, reqs, leases)
 	cancel()
 	s.m.call(ctx, opReserve, err)
+	s.observe(err)
 	if err != nil {
 		s.log.Warn("renewing leases", slog.Int("counters", len(reqs)), slog.Any("error", err))
 	}
 	for i, c := range cs {
-		s.finish(c, chans[i], at, leases[i], err)
+		rs[i].err = err
+		s.finish(c, rs[i], at, leases[i], err)
 	}
 }
 
@@ -622,6 +682,7 @@ func (s *Store) flushReturns(ctx context.Context) error {
 	}
 	err := s.leaser.Return(ctx, returns)
 	s.m.call(ctx, opReturn, err)
+	s.observe(err)
 	if err != nil {
 		return fmt.Errorf("cached store: returning %d leases: %w", len(returns), err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -466,5 +467,163 @@ func TestPenalizedHitsAreDecidedStrictly(t *testing.T) {
 		if calls := read("tollgate_cached_leaser_calls"); calls != 0 {
 			t.Fatalf("%d leaser calls for hits under a penalty", calls)
 		}
+	})
+}
+
+// wanting is a Leaser that records what each reservation asked for, and
+// when.
+type wanting struct {
+	*memory.Store
+	mu    sync.Mutex
+	at    []time.Time
+	wants []int64
+}
+
+func (w *wanting) Reserve(ctx context.Context, reqs []store.LeaseRequest, leases []algorithm.Lease) error {
+	w.mu.Lock()
+	for _, q := range reqs {
+		w.at, w.wants = append(w.at, time.Now()), append(w.wants, q.Want)
+	}
+	w.mu.Unlock()
+	return w.Store.Reserve(ctx, reqs, leases)
+}
+
+// TestWindowLeaseSizedForWhatIsLeftOfItsWindow keeps a steady demand of
+// 100 hits per RenewInterval on a fixed window: a lease reserved in the
+// last half interval of the window asks for no more than the demand of
+// what is left of it, since what it does not spend by then is lost to the
+// fleet until the window ends.
+func TestWindowLeaseSizedForWhatIsLeftOfItsWindow(t *testing.T) {
+	l := algorithm.Limit{Kind: algorithm.FixedWindow, Requests: 1_000_000, Period: second}
+	synctest.Test(t, func(t *testing.T) {
+		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
+		m := memory.New(memory.Options{Now: time.Now})
+		w := &wanting{Store: m}
+		_, s := newPair(t, cached.Options{Inner: m, Leaser: w})
+		for range 999 {
+			apply(t, s, hitOn("a", l, 1))
+			time.Sleep(time.Millisecond)
+		}
+		synctest.Wait()
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		late := 0
+		for i, at := range w.at {
+			left := time.Second - at.Sub(at.Truncate(time.Second))
+			if left > 50*time.Millisecond {
+				continue
+			}
+			late++
+			if most := int64(left/time.Millisecond) + 1; w.wants[i] > most {
+				t.Errorf("a reservation %v before the window's end asked for %d hits, want at most %d", left, w.wants[i], most)
+			}
+		}
+		if late == 0 {
+			t.Fatalf("no reservation in the last 50 ms of the window (%d in all)", len(w.at))
+		}
+	})
+}
+
+// TestPreviousWindowWeighsOnTheNextLease fills a sliding window, so that
+// at the start of the next one the previous window's weight leaves room
+// for a few hits only: a lease must not take them all on the belief that
+// a new window holds the whole limit, while the other instances are
+// refused them.
+func TestPreviousWindowWeighsOnTheNextLease(t *testing.T) {
+	l := algorithm.Limit{Kind: algorithm.SlidingWindowCounter, Requests: 10_000, Period: second}
+	synctest.Test(t, func(t *testing.T) {
+		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
+		m := memory.New(memory.Options{Now: time.Now})
+		w := &wanting{Store: m}
+		_, s := newPair(t, cached.Options{Inner: m, Leaser: w})
+		start := time.Now().Add(time.Second) // of the next window
+		for range 100 {
+			for range 100 {
+				apply(t, s, hitOn("a", l, 1))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		synctest.Wait()
+		if left := shared(t, m, "a", l); left > 64 {
+			t.Fatalf("the window was left with %d hits", left)
+		}
+		time.Sleep(time.Until(start.Add(2 * time.Millisecond)))
+		left := shared(t, m, "a", l) // what the previous window's weight leaves
+		apply(t, s, hitOn("a", l, 1))
+		synctest.Wait()
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for i, at := range w.at {
+			if most := max(1, left/64); !at.Before(start) && w.wants[i] > most {
+				t.Errorf("a reservation at %v into the window, with %d left, asked for %d hits, want at most %d", at.Sub(start), left, w.wants[i], most)
+			}
+		}
+	})
+}
+
+// TestHitsGivenBackReachAnInstanceThatWasRefused has one instance refused
+// strictly on a counter while another holds part of its limit in a lease:
+// once that lease is given back, the refused instance admits again within
+// a RenewInterval, not only when the window ends.
+func TestHitsGivenBackReachAnInstanceThatWasRefused(t *testing.T) {
+	l := algorithm.Limit{Kind: algorithm.FixedWindow, Requests: 2000, Period: hour}
+	synctest.Test(t, func(t *testing.T) {
+		m := memory.New(memory.Options{Now: time.Now})
+		holder := cached.New(cached.Options{Inner: m, Leaser: m})
+		refused := cached.New(cached.Options{Inner: m, Leaser: m})
+		defer refused.Close(context.Background())
+		for range 3 {
+			apply(t, holder, hitOn("a", l, 1))
+		}
+		synctest.Wait()
+		if holder.Held(hitOn("a", l, 0)) == 0 {
+			t.Fatal("the holder holds no lease")
+		}
+		for shared(t, m, "a", l) > 0 {
+			apply(t, m, hitOn("a", l, 1))
+		}
+		// A grant of nothing, then a strict rejection once it has passed.
+		for range 2 {
+			if v := apply(t, refused, hitOn("a", l, 1)); v.Allowed {
+				t.Fatalf("admitted with the limit reserved: %+v", v)
+			}
+			time.Sleep(150 * time.Millisecond)
+		}
+		if err := holder.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(150 * time.Millisecond)
+		if v := apply(t, refused, hitOn("a", l, 1)); !v.Allowed {
+			t.Fatalf("rejected after the lease was given back: %+v", v)
+		}
+	})
+}
+
+// TestNearItsLimitACounterIsDecidedStrictly leaves a counter 200 hits
+// short of its limit: its hits are decided by the shared counter, with no
+// lease held here that the other instances would be refused.
+func TestNearItsLimitACounterIsDecidedStrictly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := memory.New(memory.Options{Now: time.Now})
+		w := &wanting{Store: m}
+		_, s := newPair(t, cached.Options{Inner: m, Leaser: w})
+		apply(t, m, hitOn("a", fixed, fixed.Requests-200))
+		apply(t, s, hitOn("a", fixed, 1)) // learns what is left
+		synctest.Wait()
+		w.mu.Lock()
+		reserved := len(w.wants)
+		w.mu.Unlock()
+		for i := range 50 {
+			if v := apply(t, s, hitOn("a", fixed, 1)); !v.Allowed {
+				t.Fatalf("hit %d rejected: %+v", i, v)
+			}
+			synctest.Wait()
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if n := len(w.wants) - reserved; n != 0 {
+			t.Fatalf("%d reservations (asking for %v) with 200 hits left, want none", n, w.wants[reserved:])
+		}
+		conserved(t, m, s, "a", fixed, fixed.Requests-200+51)
 	})
 }

@@ -30,10 +30,13 @@ type counter struct {
 	lastHits int64
 	// left is what the counter held for everyone after the last grant.
 	left int64
-	// overUntil is when a counter that granted nothing may admit again.
-	overUntil int64
-	// renewing is closed when the reservation in flight is answered.
-	renewing chan struct{}
+	// overUntil is until when hits are rejected here, without asking
+	// the counter: at most retryAt, when the counter itself said a hit
+	// may pass, and at most one RenewInterval after a refusal, since
+	// others may give back what they hold (see markOver).
+	overUntil, retryAt int64
+	// renewing is the reservation in flight, if any.
+	renewing *renewal
 	queued   bool
 	gone     bool
 	// cleared marks a counter forgotten because the shared counter was
@@ -136,7 +139,7 @@ func (c *counter) spend(s *Store, h *store.Hit, d *decision, v *algorithm.Verdic
 	case c.overUntil > now:
 		*v = c.over(now)
 		return spendOver
-	case c.leftAt(now) < shareDivisor:
+	case c.leftAt(now) < strictBelow:
 		// Near the limit a lease would be a single hit held while others
 		// starve: decide strictly, as the shared counter would.
 		d.inner, d.strict, d.probe = true, h.Cost, true
@@ -191,7 +194,7 @@ func (c *counter) over(now int64) algorithm.Verdict {
 		Limit:      c.last.Limit,
 		Remaining:  c.room(),
 		ResetAfter: countdown(c.last.ResetAfter, now-c.lastAt),
-		RetryAfter: time.Duration(c.overUntil-now) * time.Microsecond,
+		RetryAfter: time.Duration(max(c.overUntil, c.retryAt)-now) * time.Microsecond,
 	}
 }
 
@@ -200,11 +203,20 @@ func countdown(d time.Duration, elapsed int64) time.Duration {
 }
 
 // request is the reservation c asks for: about one RenewInterval of its
-// recent demand, at least need, at most the counter's remainder at the
-// last grant over shareDivisor (but at least one).
+// recent demand (for a window, of what is left of it, if less), at least
+// need, at most the counter's remainder at the last grant over
+// shareDivisor (but at least one).
 func (c *counter) request(s *Store, need int64) store.LeaseRequest {
-	left := c.leftAt(s.now())
+	now := s.now()
+	left := c.leftAt(now)
 	want := max(1, c.rateCur, c.ratePrev)
+	if c.limit.Kind != algorithm.TokenBucket {
+		// What is unspent when the window ends is lost to the fleet
+		// until then, and weighs on the next sliding window.
+		if rest := c.limit.Period - now%c.limit.Period; rest < s.interval {
+			want = (want*rest + s.interval - 1) / s.interval
+		}
+	}
 	want = min(want, max(1, left/shareDivisor))
 	want = max(want, need)
 	lifetime := s.lifetime
@@ -214,24 +226,46 @@ func (c *counter) request(s *Store, need int64) store.LeaseRequest {
 	return store.LeaseRequest{Counter: c.identity(), Want: want, Lifetime: lifetime}
 }
 
-// leftAt is what the counter held for everyone at the last answer, or
-// its capacity once a new window has started since.
+// leftAt is what the counter held for everyone at the last answer. Once
+// a new window has started since, a fixed window holds its whole limit
+// again, but a sliding-window counter only what the previous window's
+// weight at now leaves of it, the previous window taken to hold what the
+// last answer had used.
 func (c *counter) leftAt(now int64) int64 {
-	if c.limit.Kind != algorithm.TokenBucket && c.lastAt/c.limit.Period != now/c.limit.Period {
-		return c.limit.Capacity()
+	l := c.limit
+	if l.Kind == algorithm.TokenBucket {
+		return c.left
 	}
-	return c.left
+	last, cur := c.lastAt/l.Period, now/l.Period
+	switch {
+	case last == cur:
+		return c.left
+	case l.Kind == algorithm.SlidingWindowCounter && cur == last+1:
+		used := float64(max(0, l.Capacity()-c.left))
+		weight := float64(l.Period-now%l.Period) / float64(l.Period)
+		return l.Capacity() - int64(math.Ceil(used*weight))
+	}
+	return l.Capacity()
 }
 
 // strictAnswer takes in the inner store's verdict v on a hit of cost
-// decided strictly at now because the counter was near its limit.
-func (c *counter) strictAnswer(v algorithm.Verdict, cost, now int64) {
+// decided strictly at now because the counter was near its limit. A
+// rejection marks the counter over until its RetryAfter, for at most
+// most µs.
+func (c *counter) strictAnswer(v algorithm.Verdict, cost, now, most int64) {
 	c.last, c.lastAt, c.lastHits, c.left = v, now, 0, v.Remaining
 	if !v.Allowed && v.RetryAfter > 0 && cost <= 1 {
-		c.overUntil = now + v.RetryAfter.Microseconds()
+		c.markOver(now, v.RetryAfter.Microseconds(), most)
 	} else if v.Allowed && cost >= 1 {
 		c.emptied(v, now, math.MaxInt64)
 	}
+}
+
+// markOver marks the counter over from now until retry µs later, when it
+// said a hit may pass, asking it again after most µs at the latest.
+func (c *counter) markOver(now, retry, most int64) {
+	c.retryAt = now + retry
+	c.overUntil = now + min(retry, most)
 }
 
 // emptied marks a token bucket that an admission answered at now left
@@ -249,7 +283,7 @@ func (c *counter) emptied(v algorithm.Verdict, now, most int64) {
 	// state as of now, from which a check tells the wait for one token.
 	_, chk := algorithm.Apply(l, algorithm.State{T: now + v.ResetAfter.Microseconds()}, now, 0)
 	if !chk.Allowed && chk.RetryAfter > 0 {
-		c.overUntil = now + min(chk.RetryAfter.Microseconds(), most)
+		c.markOver(now, chk.RetryAfter.Microseconds(), most)
 	}
 }
 
@@ -261,7 +295,7 @@ func (c *counter) install(s *Store, at int64, lease algorithm.Lease) {
 	if lease.Hits == 0 {
 		// Others may hold unspent leases they will not spend: ask again
 		// after a RenewInterval at the latest.
-		c.overUntil = at + min(max(1, lease.Verdict.RetryAfter.Microseconds()), s.interval)
+		c.markOver(at, max(1, lease.Verdict.RetryAfter.Microseconds()), s.interval)
 		return
 	}
 	c.overUntil = 0

@@ -2,7 +2,6 @@ package redis_test
 
 import (
 	"bufio"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -214,7 +212,8 @@ type faultFleet struct {
 	wg      sync.WaitGroup
 }
 
-// newFaultFleet starts instances cached stores on the Redis at addr.
+// newFaultFleet starts instances cached stores on the Redis at addr, or
+// on the Cluster whose nodes addr lists, separated by commas.
 func newFaultFleet(t *testing.T, addr, prefix string, l algorithm.Limit, instances int) *faultFleet {
 	f := &faultFleet{
 		l:         l,
@@ -226,7 +225,10 @@ func newFaultFleet(t *testing.T, addr, prefix string, l algorithm.Limit, instanc
 		hit:       []store.Hit{{Domain: "faults", Entries: []store.Entry{{Key: "k", Value: "v"}}, Limit: l, Cost: 1, Cached: true}},
 	}
 	for i := range instances {
-		c := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+		var c goredis.UniversalClient = goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+		if addrs := strings.Split(addr, ","); len(addrs) > 1 {
+			c = goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true, MaxRetries: -1})
+		}
 		t.Cleanup(func() { _ = c.Close() })
 		r := newStore(t, redis.Options{Client: c, KeyPrefix: prefix})
 		br, err := breaker.New(r, breaker.Options{Failures: 3, OpenFor: 200 * time.Millisecond, OnChange: func(s breaker.State) {
@@ -335,21 +337,17 @@ func (f *faultFleet) judge(t *testing.T, name string, from int64) (admitted, fal
 			rejections[w]++
 		}
 	}
-	sortByAfter(events)
-	admitted, falses, _, over := judgeCounter(t, f.l, events, f.longest)
-	if over != "" {
-		t.Errorf("%s: %s", name, over)
+	j := judgeCounter(t, f.l, events, f.longest)
+	if j.breach != "" {
+		t.Errorf("%s: %s", name, j.breach)
 	}
+	admitted, falses = j.admitted, j.falses
 	if f.l.Kind == algorithm.FixedWindow {
 		for w, n := range rejections {
 			lost += min(n, max(0, f.l.Requests-perWindow[w]))
 		}
 	}
 	return admitted, falses, lost
-}
-
-func sortByAfter(events []fleetEvent) {
-	slices.SortFunc(events, func(a, b fleetEvent) int { return cmp.Compare(a.after, b.after) })
 }
 
 // startOfWindowAt returns the instant offset into the next window of p µs.
@@ -502,13 +500,13 @@ const holderEnv = "TOLLGATE_TEST_LEASE_HOLDER"
 // killedLimit is the limit of TestCachedKilledProcess.
 var killedLimit = algorithm.Limit{Kind: algorithm.FixedWindow, Requests: 2000, Period: 1_000_000}
 
-// TestCachedKilledProcess is TestCachedKilledHolder with a real process:
-// the test binary runs again as a holder, a cached store on the same
-// Redis offering a third of the load, tracing every lease event and
-// decision on its stdout, and is killed with SIGKILL in the middle of a
-// window. What it held is read from the trace, counting a reservation in
-// flight as granted in full and a decision cut off as unspent, so it is
-// never underestimated.
+// TestCachedKilledProcess is TestCachedKilledHolder with a real process,
+// on a standalone Redis and on a three-master Cluster: the test binary
+// runs again as a holder, a cached store on the same Redis offering a
+// third of the load, tracing every lease event and decision on its stdout,
+// and is killed with SIGKILL in the middle of a window. What it held is
+// read from the trace, counting a reservation in flight as granted in full
+// and a decision cut off as unspent, so it is never underestimated.
 func TestCachedKilledProcess(t *testing.T) {
 	if env := os.Getenv(holderEnv); env != "" {
 		runHolder(t, env)
@@ -517,13 +515,27 @@ func TestCachedKilledProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the fleet runs on real time")
 	}
-	srv := redistest.StartStandalone(t)
+	for _, deployment := range []struct {
+		name  string
+		start func(t *testing.T) string // the address(es) of newFaultFleet
+	}{
+		{"standalone", func(t *testing.T) string { return redistest.StartStandalone(t).Addr }},
+		{"cluster", func(t *testing.T) string { return strings.Join(redistest.StartCluster(t).Addrs(), ",") }},
+	} {
+		t.Run(deployment.name, func(t *testing.T) {
+			killProcess(t, deployment.start(t))
+		})
+	}
+}
+
+// killProcess runs TestCachedKilledProcess on the Redis at addr.
+func killProcess(t *testing.T, addr string) {
 	l := killedLimit
-	f := newFaultFleet(t, srv.Addr, "proc", l, 2)
+	f := newFaultFleet(t, addr, "proc", l, 2)
 	start := startOfWindowAt(l.Period, 0)
 	end := start.Add(2500 * time.Millisecond)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCachedKilledProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d %d", holderEnv, srv.Addr, start.UnixNano(), end.UnixNano()))
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d %d", holderEnv, addr, start.UnixNano(), end.UnixNano()))
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -703,4 +715,109 @@ func TestCachedRedisRestartWithLeasesHeld(t *testing.T) {
 	}
 	t.Logf("RESULT restart with leases held: held %d at the restart; the restart window admitted %d from the restart on (limit %d), the next %d",
 		held, perWindow[first], l.Requests, perWindow[first+l.Period])
+}
+
+// announcing is a shared store that tells reserving when a Reserve
+// starts.
+type announcing struct {
+	shared
+	reserving chan struct{}
+}
+
+func (a announcing) Reserve(ctx context.Context, reqs []store.LeaseRequest, leases []algorithm.Lease) error {
+	select {
+	case a.reserving <- struct{}{}:
+	default:
+	}
+	return a.shared.Reserve(ctx, reqs, leases)
+}
+
+// TestWaitersGiveUpOnAHungRedis hangs Redis while a hit reserves a lease:
+// a second hit, which finds the lease empty and waits for that
+// reservation, gives up with an error wrapping store.ErrUnavailable as
+// soon as the reservation fails (the store gives up on the hung server
+// within seconds, before the first hit's deadline) or the breaker refuses
+// a call, rather than reserving again on the hung server or waiting on.
+func TestWaitersGiveUpOnAHungRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("Redis hangs for real")
+	}
+	for _, tc := range []struct {
+		name string
+		// refuse opens the breaker with strict hits meanwhile.
+		refuse bool
+	}{
+		{"the reservation fails", false},
+		{"the breaker refuses", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.StartStandalone(t)
+			c := goredis.NewClient(&goredis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+			t.Cleanup(func() { _ = c.Close() })
+			br, err := breaker.New(newStore(t, redis.Options{Client: c, KeyPrefix: "wg"}), breaker.Options{Failures: 3, OpenFor: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			reserving := make(chan struct{}, 1)
+			s := cached.New(cached.Options{Inner: br, Leaser: announcing{br, reserving}, Timeout: time.Hour})
+			firstCtx, cancelFirst := context.WithTimeout(context.Background(), 3*faultDeadline)
+			t.Cleanup(func() {
+				cancelFirst()
+				srv.Continue()
+				_ = s.Close(context.Background())
+			})
+			l := algorithm.Limit{Kind: algorithm.FixedWindow, Requests: 1_000_000, Period: 3_600_000_000}
+			leased := []store.Hit{{Domain: "d", Entries: []store.Entry{{Key: "k", Value: "leased"}}, Limit: l, Cost: 1, Cached: true}}
+			srv.Stop()
+			first := make(chan error, 1)
+			go func() { first <- s.Apply(firstCtx, leased, make([]algorithm.Verdict, 1)) }()
+			select {
+			case <-reserving:
+			case <-time.After(faultDeadline):
+				t.Fatal("the first hit reserved nothing")
+			}
+			type outcome struct {
+				err      error
+				deadline error // the hit's own context's, when it returned
+			}
+			done := make(chan outcome, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), faultDeadline)
+				defer cancel()
+				err := s.Apply(ctx, leased, make([]algorithm.Verdict, 1))
+				done <- outcome{err: err, deadline: ctx.Err()}
+			}()
+			if tc.refuse {
+				strict := []store.Hit{{Domain: "d", Entries: []store.Entry{{Key: "k", Value: "strict"}}, Limit: l, Cost: 1}}
+				var refusal store.RetryAfterError
+				for i := 0; !errors.As(err, &refusal); i++ {
+					if i == 10 {
+						t.Fatalf("the breaker refused no strict hit: %v", err)
+					}
+					ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+					err = s.Apply(ctx, strict, make([]algorithm.Verdict, 1))
+					cancel()
+				}
+			}
+			select {
+			case o := <-done:
+				var refusal store.RetryAfterError
+				switch {
+				case !errors.Is(o.err, store.ErrUnavailable):
+					t.Fatalf("the waiting hit failed with %v, want an error wrapping store.ErrUnavailable", o.err)
+				case o.deadline != nil:
+					t.Fatalf("the waiting hit failed at its own deadline (%v): %v", o.deadline, o.err)
+				case !strings.HasPrefix(o.err.Error(), "cached store: waiting for a lease: "):
+					t.Fatalf("the waiting hit failed with %v, want the failure of what it waited for", o.err)
+				case tc.refuse && !errors.As(o.err, &refusal):
+					t.Fatalf("the waiting hit failed with %v, want the breaker's refusal", o.err)
+				case tc.refuse && len(first) > 0:
+					t.Fatalf("the waiting hit gave up only once the reservation it waited for had failed (%v)", <-first)
+				}
+				t.Logf("the waiting hit failed with: %v", o.err)
+			case <-time.After(2 * faultDeadline):
+				t.Fatal("the waiting hit never returned")
+			}
+		})
+	}
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
+	"github.com/tollgatehq/tollgate/pkg/metrictest"
 	"github.com/tollgatehq/tollgate/pkg/store"
 	"github.com/tollgatehq/tollgate/pkg/store/memory"
 	"github.com/tollgatehq/tollgate/pkg/store/redis"
@@ -99,6 +101,126 @@ func TestMergedMatchesReference(t *testing.T) {
 							}
 						}
 					}
+				}
+			})
+		}
+	}
+}
+
+// TestMergedLeasesMatchReference is TestMergedMatchesReference with lease
+// operations among the batches: each step sends Applies, Reserves and
+// Returns in one round trip, so that those of one slot share a script
+// call, and the reference applies them one after another, in order, at
+// the instant each was decided. Each operation has one shard, so it is
+// one slot group on a cluster. On the server's clock a lease's Until is on
+// the local clock (see Reserve), so there it is compared only as at most
+// the reference's.
+func TestMergedLeasesMatchReference(t *testing.T) {
+	steps := 1000
+	if testing.Short() {
+		steps = 200
+	}
+	for _, start := range []func(testing.TB) deployment{standalone, cluster} {
+		d := start(t)
+		for _, clock := range []string{"client clock", "server clock"} {
+			t.Run(d.name+"/"+clock, func(t *testing.T) {
+				mp, sum := metrictest.New(t)
+				opts := redis.Options{Client: d.client(t), KeyPrefix: "ml" + clock[:1], MeterProvider: mp}
+				c := storetest.NewClock(t0)
+				if clock == "client clock" {
+					opts.Now = c.Now
+				}
+				s := newStore(t, opts)
+				ref := newReference()
+				rng := rand.New(rand.NewPCG(5, 6))
+				limits := parityLimits(rng)
+				granted := map[string][]store.LeaseReturn{} // by shard
+				leases, returns, applies := 0, 0, 0
+				for step := range steps {
+					c.Advance(time.Duration(rng.ExpFloat64() * float64(20*time.Millisecond)))
+					ops := make([]redis.Op, 1+rng.IntN(8))
+					for o := range ops {
+						shard := "s" + strconv.Itoa(rng.IntN(3))
+						hits := make([]store.Hit, 1+rng.IntN(4))
+						for i := range hits {
+							hits[i] = parityHit(rng, limits, shard)
+						}
+						switch r := rng.IntN(4); {
+						case r == 0:
+							reqs := make([]store.LeaseRequest, len(hits))
+							for i, h := range hits {
+								reqs[i] = store.LeaseRequest{
+									Counter:  h,
+									Want:     rng.Int64N(max(h.Limit.Capacity(), 1)+3) - 1,
+									Lifetime: time.Duration(rng.Int64N(300)) * time.Millisecond,
+								}
+							}
+							ops[o] = redis.Op{Reserve: reqs, Leases: make([]algorithm.Lease, len(reqs))}
+						case r == 1 && len(granted[shard]) > 0:
+							held := granted[shard]
+							n := 1 + rng.IntN(min(3, len(held)))
+							rets := slices.Clone(held[len(held)-n:])
+							granted[shard] = held[:len(held)-n]
+							for i := range rets {
+								rets[i].Unspent = rng.Int64N(rets[i].Lease.Hits+2) - rng.Int64N(2)
+							}
+							ops[o] = redis.Op{Return: rets}
+						default:
+							ops[o] = redis.Op{Hits: hits, Verdicts: make([]algorithm.Verdict, len(hits))}
+						}
+					}
+					at, errs := redis.Together(s, context.Background(), ops)
+					for o, op := range ops {
+						if errs[o] != nil {
+							t.Fatalf("step %d, operation %d of %d: %v", step, o, len(ops), errs[o])
+						}
+						switch {
+						case op.Reserve != nil:
+							leases++
+							want := ref.reserve(t, at[o], op.Reserve)
+							for i, q := range op.Reserve {
+								g, w := op.Leases[i], want[i]
+								if clock == "server clock" && g.Until <= w.Until {
+									g.Until = w.Until
+								}
+								if g != w {
+									t.Fatalf("step %d at %dµs, operation %d of %d, reserve %d (%s, want %d, lifetime %v):\n got  %+v\n want %+v",
+										step, at[o], o, len(ops), i, describeHit(q.Counter), q.Want, q.Lifetime, op.Leases[i], w)
+								}
+								if g.Hits > 0 {
+									shard := q.Counter.Shard
+									granted[shard] = append(granted[shard], store.LeaseReturn{Counter: q.Counter, Lease: op.Leases[i]})
+								}
+							}
+						case op.Return != nil:
+							returns++
+							if at[o] != 0 {
+								ref.giveBack(t, at[o], op.Return)
+							}
+						default:
+							applies++
+							want := ref.apply(t, at[o], op.Hits)
+							for i := range op.Hits {
+								if op.Verdicts[i] != want[i] {
+									t.Fatalf("step %d at %dµs, operation %d of %d, hit %d of %d (%s):\n got  %+v\n want %+v",
+										step, at[o], o, len(ops), i, len(op.Hits), describeHit(op.Hits[i]), op.Verdicts[i], want[i])
+								}
+							}
+						}
+					}
+				}
+				if leases == 0 || returns == 0 || applies == 0 {
+					t.Fatalf("%d reserves, %d returns and %d applies: each kind must be merged with the others", leases, returns, applies)
+				}
+				// One call per slot and step (and one more per slot where
+				// the script was not loaded yet): the operations were
+				// merged.
+				slots := int64(1)
+				if d.name == "cluster" {
+					slots = 3
+				}
+				if calls := sum("tollgate_redis_script_calls"); calls > slots*int64(steps+1) {
+					t.Fatalf("%d script calls for %d steps of %d operations", calls, steps, leases+returns+applies)
 				}
 			})
 		}
