@@ -97,7 +97,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err != nil {
 		aside := s.path + ".corrupt-" + strconv.FormatInt(time.Now().UnixNano(), 10)
 		if rerr := os.Rename(s.path, aside); rerr != nil {
-			return nil, fmt.Errorf("override state file %s is corrupt (%v) and cannot be moved aside: %w", s.path, err, rerr)
+			return nil, fmt.Errorf("override state file %s is corrupt (%w) and cannot be moved aside: %w", s.path, err, rerr)
 		}
 		log.Error("override state file is corrupt; moved aside, starting with no overrides",
 			"component", "overrides", "file", s.path, "moved_to", aside, "error", err)

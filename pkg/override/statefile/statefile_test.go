@@ -2,6 +2,7 @@ package statefile_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -51,7 +52,7 @@ func TestPersists(t *testing.T) {
 		t.Fatalf("reopened: %+v, want a and b", got)
 	}
 	clock.Advance(time.Minute) // b expires; the next write drops it
-	if _, err := reopened.Delete(ctx, "nope"); err != override.ErrNotFound {
+	if _, err := reopened.Delete(ctx, "nope"); !errors.Is(err, override.ErrNotFound) {
 		t.Fatalf("Delete(nope) = %v, want %v", err, override.ErrNotFound)
 	}
 	if err := reopened.Put(ctx, c); err != nil {

@@ -2,6 +2,7 @@ package overlimit_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
@@ -97,7 +98,7 @@ func TestClearNeedsAClearer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Clear(context.Background(), nil); err != store.ErrCannotClear {
+	if err := s.Clear(context.Background(), nil); !errors.Is(err, store.ErrCannotClear) {
 		t.Fatalf("Clear = %v, want %v", err, store.ErrCannotClear)
 	}
 }
