@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -29,14 +28,12 @@ const overrideRules = "domain: o\ndescriptors:\n  - key: tenant\n    rate_limit:
 func overrideDir(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "o.yaml"), []byte(overrideRules), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeTestFile(t, filepath.Join(dir, "o.yaml"), overrideRules)
 	return dir
 }
 
-// querier sends tenant's descriptor to an App over gRPC.
-func querier(t *testing.T, a *App) func(tenant string) *rlsv3.RateLimitResponse_DescriptorStatus {
+// dialApp returns a client of a's gRPC server, closed when the test ends.
+func dialApp(t *testing.T, a *App) *rlsclient.Client {
 	t.Helper()
 	grpcAddr, _, _ := a.Addrs()
 	client, err := rlsclient.Dial(grpcAddr)
@@ -44,15 +41,29 @@ func querier(t *testing.T, a *App) func(tenant string) *rlsv3.RateLimitResponse_
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = client.Close() })
+	return client
+}
+
+// send sends client one descriptor of domain, with a deadline of 5 s, and
+// returns the answer.
+func send(t *testing.T, client *rlsclient.Client, domain string, entries ...descriptor.Entry) *rlsv3.RateLimitResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := client.Query(ctx, rlsclient.Request{Domain: domain, Descriptors: [][]descriptor.Entry{entries}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// querier sends tenant's descriptor to an App over gRPC.
+func querier(t *testing.T, a *App) func(tenant string) *rlsv3.RateLimitResponse_DescriptorStatus {
+	t.Helper()
+	client := dialApp(t, a)
 	return func(tenant string) *rlsv3.RateLimitResponse_DescriptorStatus {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		resp, err := client.Query(ctx, rlsclient.Request{Domain: "o", Descriptors: [][]descriptor.Entry{{{Key: "tenant", Value: tenant}}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.Statuses[0]
+		return send(t, client, "o", descriptor.Entry{Key: "tenant", Value: tenant}).Statuses[0]
 	}
 }
 
@@ -102,9 +113,7 @@ func TestOverridesPersistAcrossRestart(t *testing.T) {
 // starts, without overrides, says so in the log and keeps the file aside.
 func TestCorruptStateFile(t *testing.T) {
 	dir, state := overrideDir(t), t.TempDir()
-	if err := os.WriteFile(filepath.Join(state, statefile.FileName), []byte("{not json"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeTestFile(t, filepath.Join(state, statefile.FileName), "{not json")
 	logs := &logtest.Buffer{}
 	a := startApp(t, dir, slog.New(slog.NewTextHandler(logs, nil)), func(s *Settings) { s.StateDir = state })
 	if st := querier(t, a)("acme"); limitName(st) != "per_tenant" {
@@ -208,23 +217,11 @@ func testOverridesFleet(t *testing.T, redisType string, addrs []string) {
 func TestOverrideReturnsLeases(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "p.yaml"), []byte(cachedRule), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeTestFile(t, filepath.Join(dir, "p.yaml"), cachedRule)
 	a := startApp(t, dir, slog.New(slog.DiscardHandler), func(s *Settings) { s.Store, s.RedisAddrs = "redis", []string{srv.Addr} })
-	grpcAddr, _, _ := a.Addrs()
-	client, err := rlsclient.Dial(grpcAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	client := dialApp(t, a)
 	for _, v := range []string{"covered", "other"} {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := client.Query(ctx, rlsclient.Request{Domain: "p", Descriptors: [][]descriptor.Entry{{{Key: "k", Value: v}}}})
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
+		send(t, client, "p", descriptor.Entry{Key: "k", Value: v})
 	}
 	if n := a.cached.Len(); n != 2 {
 		t.Fatalf("the cached store holds %d counters, want 2", n)
@@ -265,20 +262,13 @@ func TestResetThroughTheChain(t *testing.T) {
 		t.Run(d.name, func(t *testing.T) {
 			redisType, addrs := d.redis(t)
 			dir := t.TempDir()
-			if err := os.WriteFile(filepath.Join(dir, "r.yaml"), []byte(resetRules), 0o600); err != nil {
-				t.Fatal(err)
-			}
+			writeTestFile(t, filepath.Join(dir, "r.yaml"), resetRules)
 			a := startApp(t, dir, slog.New(slog.DiscardHandler), func(s *Settings) {
 				s.Store, s.RedisType, s.RedisAddrs = "redis", redisType, addrs
 				s.RedisTimeout, s.StoreTimeout = time.Second, 5*time.Second
 				s.OverLimitCacheBytes = 1 << 20
 			})
-			grpcAddr, _, _ := a.Addrs()
-			client, err := rlsclient.Dial(grpcAddr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer client.Close()
+			client := dialApp(t, a)
 			for _, key := range []string{"alg", "cached"} {
 				for _, alg := range []string{"token_bucket", "fixed_window", "sliding_window_counter", "sliding_window_log"} {
 					if key == "cached" && alg == "sliding_window_log" {
@@ -287,13 +277,7 @@ func TestResetThroughTheChain(t *testing.T) {
 					entries := []descriptor.Entry{{Key: key, Value: alg}}
 					query := func() rlsv3.RateLimitResponse_Code {
 						t.Helper()
-						ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-						defer cancel()
-						resp, err := client.Query(ctx, rlsclient.Request{Domain: "r", Descriptors: [][]descriptor.Entry{entries}})
-						if err != nil {
-							t.Fatal(err)
-						}
-						return resp.OverallCode
+						return send(t, client, "r", entries...).OverallCode
 					}
 					for i := range 3 {
 						if code := query(); code != rlsv3.RateLimitResponse_OK {
