@@ -67,6 +67,10 @@ func querier(t *testing.T, a *App) func(tenant string) *rlsv3.RateLimitResponse_
 	}
 }
 
+// fleetListening reports whether a hears the fleet's events: always with
+// the memory store, which has no fleet.
+func (a *App) fleetListening() bool { return a.fleet == nil || a.fleet.Subscribed() }
+
 // create makes an override of tenant on a, multiplying by 5, expiring
 // after ttl.
 func create(t *testing.T, a *App, tenant string, ttl time.Duration) override.Override {
