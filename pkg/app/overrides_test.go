@@ -57,14 +57,11 @@ func send(t *testing.T, client *rlsclient.Client, domain string, entries ...desc
 	return resp
 }
 
-// querier sends tenant's descriptor to an App over gRPC.
-func querier(t *testing.T, a *App) func(tenant string) *rlsv3.RateLimitResponse_DescriptorStatus {
+// tenantStatus sends client tenant's descriptor of domain o and returns
+// its status.
+func tenantStatus(t *testing.T, client *rlsclient.Client, tenant string) *rlsv3.RateLimitResponse_DescriptorStatus {
 	t.Helper()
-	client := dialApp(t, a)
-	return func(tenant string) *rlsv3.RateLimitResponse_DescriptorStatus {
-		t.Helper()
-		return send(t, client, "o", descriptor.Entry{Key: "tenant", Value: tenant}).Statuses[0]
-	}
+	return send(t, client, "o", descriptor.Entry{Key: "tenant", Value: tenant}).Statuses[0]
 }
 
 // fleetListening reports whether a hears the fleet's events: always with
@@ -98,11 +95,11 @@ func TestOverridesPersistAcrossRestart(t *testing.T) {
 	useState := func(s *Settings) { s.StateDir = state }
 	first := startApp(t, dir, slog.New(slog.DiscardHandler), useState)
 	o := create(t, first, "acme", time.Hour)
-	if got := limitName(querier(t, first)("acme")); got != "override:"+o.ID {
+	if got := limitName(tenantStatus(t, dialApp(t, first), "acme")); got != "override:"+o.ID {
 		t.Fatalf("the first App reports limit %q, want override:%s", got, o.ID)
 	}
 	second := startApp(t, dir, slog.New(slog.DiscardHandler), useState)
-	st := querier(t, second)("acme")
+	st := tenantStatus(t, dialApp(t, second), "acme")
 	if limitName(st) != "override:"+o.ID || st.GetCurrentLimit().GetRequestsPerUnit() != 10 {
 		t.Fatalf("after a restart: %v, want 10 per hour named override:%s", st, o.ID)
 	}
@@ -120,7 +117,7 @@ func TestCorruptStateFile(t *testing.T) {
 	writeTestFile(t, filepath.Join(state, statefile.FileName), "{not json")
 	logs := &logtest.Buffer{}
 	a := startApp(t, dir, slog.New(slog.NewTextHandler(logs, nil)), func(s *Settings) { s.StateDir = state })
-	if st := querier(t, a)("acme"); limitName(st) != "per_tenant" {
+	if st := tenantStatus(t, dialApp(t, a), "acme"); limitName(st) != "per_tenant" {
 		t.Fatalf("limit %q, want the rule's", limitName(st))
 	}
 	if !strings.Contains(logs.String(), "level=ERROR msg=\"override state file is corrupt; moved aside, starting with no overrides\"") {
@@ -157,7 +154,7 @@ func testOverridesFleet(t *testing.T, redisType string, addrs []string) {
 	}
 	a := startApp(t, dir, slog.New(slog.DiscardHandler), useRedis)
 	b := startApp(t, dir, slog.New(slog.DiscardHandler), useRedis)
-	qa, qb := querier(t, a), querier(t, b)
+	ca, cb := dialApp(t, a), dialApp(t, b)
 	// Both listen once they have read the overrides after subscribing.
 	for _, x := range []*App{a, b} {
 		polltest.Eventually(t, 5*time.Second, func() bool { return x.fleetListening() }, "the fleet channel is not subscribed")
@@ -165,22 +162,22 @@ func testOverridesFleet(t *testing.T, redisType string, addrs []string) {
 
 	t.Run("override", func(t *testing.T) {
 		o := create(t, a, "acme", time.Hour)
-		polltest.Eventually(t, time.Second, func() bool { return limitName(qb("acme")) == "override:"+o.ID },
+		polltest.Eventually(t, time.Second, func() bool { return limitName(tenantStatus(t, cb, "acme")) == "override:"+o.ID },
 			"the other instance does not apply override %s", o.ID)
 		if _, err := b.overrides.Delete(context.Background(), o.ID); err != nil {
 			t.Fatal(err)
 		}
-		polltest.Eventually(t, time.Second, func() bool { return limitName(qa("acme")) == "per_tenant" },
+		polltest.Eventually(t, time.Second, func() bool { return limitName(tenantStatus(t, ca, "acme")) == "per_tenant" },
 			"the first instance still applies the deleted override")
 	})
 
 	t.Run("expiry", func(t *testing.T) {
 		o := create(t, a, "brief", 1500*time.Millisecond)
-		polltest.Eventually(t, time.Second, func() bool { return limitName(qb("brief")) == "override:"+o.ID },
+		polltest.Eventually(t, time.Second, func() bool { return limitName(tenantStatus(t, cb, "brief")) == "override:"+o.ID },
 			"the other instance does not apply override %s", o.ID)
 		polltest.Eventually(t, time.Until(o.ExpiresAt)+time.Second, func() bool { return time.Now().After(o.ExpiresAt) }, "time stands still")
-		for name, q := range map[string]func(string) *rlsv3.RateLimitResponse_DescriptorStatus{"first": qa, "second": qb} {
-			if got := limitName(q("brief")); got != "per_tenant" {
+		for name, c := range map[string]*rlsclient.Client{"first": ca, "second": cb} {
+			if got := limitName(tenantStatus(t, c, "brief")); got != "per_tenant" {
 				t.Errorf("the %s instance applies %q after its expiry", name, got)
 			}
 		}
@@ -188,12 +185,12 @@ func testOverridesFleet(t *testing.T, redisType string, addrs []string) {
 
 	t.Run("reset", func(t *testing.T) {
 		for range 2 {
-			if st := qb("rejected"); st.Code != rlsv3.RateLimitResponse_OK {
+			if st := tenantStatus(t, cb, "rejected"); st.Code != rlsv3.RateLimitResponse_OK {
 				t.Fatalf("within the limit: %v", st)
 			}
 		}
 		for range 2 {
-			if st := qb("rejected"); st.Code != rlsv3.RateLimitResponse_OVER_LIMIT {
+			if st := tenantStatus(t, cb, "rejected"); st.Code != rlsv3.RateLimitResponse_OVER_LIMIT {
 				t.Fatalf("over the limit: %v", st)
 			}
 		}
@@ -209,7 +206,7 @@ func testOverridesFleet(t *testing.T, redisType string, addrs []string) {
 		}
 		polltest.Eventually(t, time.Second, func() bool { return b.overlimit.Len() == held-1 },
 			"the other instance's over-limit cache keeps the reset counter")
-		if st := qb("rejected"); st.Code != rlsv3.RateLimitResponse_OK || st.LimitRemaining != 1 {
+		if st := tenantStatus(t, cb, "rejected"); st.Code != rlsv3.RateLimitResponse_OK || st.LimitRemaining != 1 {
 			t.Fatalf("after the reset: %v, want OK with 1 left", st)
 		}
 	})
