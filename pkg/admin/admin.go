@@ -43,16 +43,16 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/override"
 )
 
-// Overrides keeps the live overrides; the registries of package override's
-// implementations are ones. They validate what they are given against the
-// live rules: a refusal wraps override.ErrInvalid with the reason, an
-// unknown id override.ErrNotFound.
+// Overrides keeps the live overrides; *override.Registry is one. It
+// validates what it is given against the live rules: a refusal wraps
+// override.ErrInvalid with the reason, an unknown id override.ErrNotFound.
 type Overrides interface {
 	// Create stores o and returns it with its ID and CreatedAt.
 	Create(ctx context.Context, o override.Override) (override.Override, error)
 	// List returns the live overrides of domain, or of every domain for
 	// "", oldest first.
 	List(ctx context.Context, domain string) ([]override.Override, error)
+	// Get returns the live override with the id.
 	Get(ctx context.Context, id string) (override.Override, error)
 	// Delete removes the override and returns it.
 	Delete(ctx context.Context, id string) (override.Override, error)

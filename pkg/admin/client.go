@@ -31,6 +31,7 @@ type APIError struct {
 	Message string // the answer's "error"
 }
 
+// Error returns the status and the server's message.
 func (e *APIError) Error() string {
 	return fmt.Sprintf("%d %s: %s", e.Status, http.StatusText(e.Status), e.Message)
 }
@@ -131,6 +132,7 @@ func (c *Client) Audit(ctx context.Context, limit int) (json.RawMessage, error) 
 	return c.do(ctx, http.MethodGet, "/v1/audit", q, nil)
 }
 
+// reasonQuery returns the query that gives reason to the audit, if any.
 func reasonQuery(reason string) url.Values {
 	if reason == "" {
 		return nil
@@ -147,13 +149,13 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("encoding the body of %s %s: %w", method, path, err)
 		}
 		rd = bytes.NewReader(b)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")

@@ -50,6 +50,7 @@ func startAdminApp(t *testing.T) *adminApp {
 	return a
 }
 
+// writeTestFile writes content to path, or fails the test.
 func writeTestFile(t *testing.T, path, content string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {

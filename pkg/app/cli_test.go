@@ -79,9 +79,7 @@ func TestCheckValuesFiles(t *testing.T) {
 		t.Fatalf("explain: exit %d\nstdout: %s\nstderr: %s\nwant a line %q", code, out, errOut, want)
 	}
 
-	if err := os.WriteFile(filepath.Join(dir, "lists", "revoked.txt"), []byte("k1\nk2\nk1\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeTestFile(t, filepath.Join(dir, "lists", "revoked.txt"), "k1\nk2\nk1\n")
 	code, _, errOut = runMain("check", dir)
 	want = filepath.Join(dir, "lists", "revoked.txt") + `:3: api_key in lists/revoked.txt: duplicate value "k1" (first at line 1)`
 	if code != 1 || !strings.Contains(errOut, want) {

@@ -160,7 +160,3 @@ func (a *App) writeOverrides(w io.Writer) {
 			o.ID, o.Domain, entries, what, o.ExpiresAt.Format(time.RFC3339), o.CreatedBy, o.Reason)
 	}
 }
-
-// fleetListening reports whether this instance hears the fleet's events:
-// always with the memory store, which has no fleet.
-func (a *App) fleetListening() bool { return a.fleet == nil || a.fleet.Subscribed() }

@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -29,14 +28,12 @@ const overrideRules = "domain: o\ndescriptors:\n  - key: tenant\n    rate_limit:
 func overrideDir(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "o.yaml"), []byte(overrideRules), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeTestFile(t, filepath.Join(dir, "o.yaml"), overrideRules)
 	return dir
 }
 
-// querier sends tenant's descriptor to an App over gRPC.
-func querier(t *testing.T, a *App) func(tenant string) *rlsv3.RateLimitResponse_DescriptorStatus {
+// dialApp returns a client of a's gRPC server, closed when the test ends.
+func dialApp(t *testing.T, a *App) *rlsclient.Client {
 	t.Helper()
 	grpcAddr, _, _ := a.Addrs()
 	client, err := rlsclient.Dial(grpcAddr)
@@ -44,17 +41,32 @@ func querier(t *testing.T, a *App) func(tenant string) *rlsv3.RateLimitResponse_
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = client.Close() })
-	return func(tenant string) *rlsv3.RateLimitResponse_DescriptorStatus {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		resp, err := client.Query(ctx, rlsclient.Request{Domain: "o", Descriptors: [][]descriptor.Entry{{{Key: "tenant", Value: tenant}}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.Statuses[0]
-	}
+	return client
 }
+
+// send sends client one descriptor of domain, with a deadline of 5 s, and
+// returns the answer.
+func send(t *testing.T, client *rlsclient.Client, domain string, entries ...descriptor.Entry) *rlsv3.RateLimitResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := client.Query(ctx, rlsclient.Request{Domain: domain, Descriptors: [][]descriptor.Entry{entries}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// tenantStatus sends client tenant's descriptor of domain o and returns
+// its status.
+func tenantStatus(t *testing.T, client *rlsclient.Client, tenant string) *rlsv3.RateLimitResponse_DescriptorStatus {
+	t.Helper()
+	return send(t, client, "o", descriptor.Entry{Key: "tenant", Value: tenant}).Statuses[0]
+}
+
+// fleetListening reports whether a hears the fleet's events: always with
+// the memory store, which has no fleet.
+func (a *App) fleetListening() bool { return a.fleet == nil || a.fleet.Subscribed() }
 
 // create makes an override of tenant on a, multiplying by 5, expiring
 // after ttl.
@@ -83,11 +95,11 @@ func TestOverridesPersistAcrossRestart(t *testing.T) {
 	useState := func(s *Settings) { s.StateDir = state }
 	first := startApp(t, dir, slog.New(slog.DiscardHandler), useState)
 	o := create(t, first, "acme", time.Hour)
-	if got := limitName(querier(t, first)("acme")); got != "override:"+o.ID {
+	if got := limitName(tenantStatus(t, dialApp(t, first), "acme")); got != "override:"+o.ID {
 		t.Fatalf("the first App reports limit %q, want override:%s", got, o.ID)
 	}
 	second := startApp(t, dir, slog.New(slog.DiscardHandler), useState)
-	st := querier(t, second)("acme")
+	st := tenantStatus(t, dialApp(t, second), "acme")
 	if limitName(st) != "override:"+o.ID || st.GetCurrentLimit().GetRequestsPerUnit() != 10 {
 		t.Fatalf("after a restart: %v, want 10 per hour named override:%s", st, o.ID)
 	}
@@ -102,12 +114,10 @@ func TestOverridesPersistAcrossRestart(t *testing.T) {
 // starts, without overrides, says so in the log and keeps the file aside.
 func TestCorruptStateFile(t *testing.T) {
 	dir, state := overrideDir(t), t.TempDir()
-	if err := os.WriteFile(filepath.Join(state, statefile.FileName), []byte("{not json"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeTestFile(t, filepath.Join(state, statefile.FileName), "{not json")
 	logs := &logtest.Buffer{}
 	a := startApp(t, dir, slog.New(slog.NewTextHandler(logs, nil)), func(s *Settings) { s.StateDir = state })
-	if st := querier(t, a)("acme"); limitName(st) != "per_tenant" {
+	if st := tenantStatus(t, dialApp(t, a), "acme"); limitName(st) != "per_tenant" {
 		t.Fatalf("limit %q, want the rule's", limitName(st))
 	}
 	if !strings.Contains(logs.String(), "level=ERROR msg=\"override state file is corrupt; moved aside, starting with no overrides\"") {
@@ -144,7 +154,7 @@ func testOverridesFleet(t *testing.T, redisType string, addrs []string) {
 	}
 	a := startApp(t, dir, slog.New(slog.DiscardHandler), useRedis)
 	b := startApp(t, dir, slog.New(slog.DiscardHandler), useRedis)
-	qa, qb := querier(t, a), querier(t, b)
+	ca, cb := dialApp(t, a), dialApp(t, b)
 	// Both listen once they have read the overrides after subscribing.
 	for _, x := range []*App{a, b} {
 		polltest.Eventually(t, 5*time.Second, func() bool { return x.fleetListening() }, "the fleet channel is not subscribed")
@@ -152,22 +162,22 @@ func testOverridesFleet(t *testing.T, redisType string, addrs []string) {
 
 	t.Run("override", func(t *testing.T) {
 		o := create(t, a, "acme", time.Hour)
-		polltest.Eventually(t, time.Second, func() bool { return limitName(qb("acme")) == "override:"+o.ID },
+		polltest.Eventually(t, time.Second, func() bool { return limitName(tenantStatus(t, cb, "acme")) == "override:"+o.ID },
 			"the other instance does not apply override %s", o.ID)
 		if _, err := b.overrides.Delete(context.Background(), o.ID); err != nil {
 			t.Fatal(err)
 		}
-		polltest.Eventually(t, time.Second, func() bool { return limitName(qa("acme")) == "per_tenant" },
+		polltest.Eventually(t, time.Second, func() bool { return limitName(tenantStatus(t, ca, "acme")) == "per_tenant" },
 			"the first instance still applies the deleted override")
 	})
 
 	t.Run("expiry", func(t *testing.T) {
 		o := create(t, a, "brief", 1500*time.Millisecond)
-		polltest.Eventually(t, time.Second, func() bool { return limitName(qb("brief")) == "override:"+o.ID },
+		polltest.Eventually(t, time.Second, func() bool { return limitName(tenantStatus(t, cb, "brief")) == "override:"+o.ID },
 			"the other instance does not apply override %s", o.ID)
 		polltest.Eventually(t, time.Until(o.ExpiresAt)+time.Second, func() bool { return time.Now().After(o.ExpiresAt) }, "time stands still")
-		for name, q := range map[string]func(string) *rlsv3.RateLimitResponse_DescriptorStatus{"first": qa, "second": qb} {
-			if got := limitName(q("brief")); got != "per_tenant" {
+		for name, c := range map[string]*rlsclient.Client{"first": ca, "second": cb} {
+			if got := limitName(tenantStatus(t, c, "brief")); got != "per_tenant" {
 				t.Errorf("the %s instance applies %q after its expiry", name, got)
 			}
 		}
@@ -175,12 +185,12 @@ func testOverridesFleet(t *testing.T, redisType string, addrs []string) {
 
 	t.Run("reset", func(t *testing.T) {
 		for range 2 {
-			if st := qb("rejected"); st.Code != rlsv3.RateLimitResponse_OK {
+			if st := tenantStatus(t, cb, "rejected"); st.Code != rlsv3.RateLimitResponse_OK {
 				t.Fatalf("within the limit: %v", st)
 			}
 		}
 		for range 2 {
-			if st := qb("rejected"); st.Code != rlsv3.RateLimitResponse_OVER_LIMIT {
+			if st := tenantStatus(t, cb, "rejected"); st.Code != rlsv3.RateLimitResponse_OVER_LIMIT {
 				t.Fatalf("over the limit: %v", st)
 			}
 		}
@@ -196,7 +206,7 @@ func testOverridesFleet(t *testing.T, redisType string, addrs []string) {
 		}
 		polltest.Eventually(t, time.Second, func() bool { return b.overlimit.Len() == held-1 },
 			"the other instance's over-limit cache keeps the reset counter")
-		if st := qb("rejected"); st.Code != rlsv3.RateLimitResponse_OK || st.LimitRemaining != 1 {
+		if st := tenantStatus(t, cb, "rejected"); st.Code != rlsv3.RateLimitResponse_OK || st.LimitRemaining != 1 {
 			t.Fatalf("after the reset: %v, want OK with 1 left", st)
 		}
 	})
@@ -208,23 +218,11 @@ func testOverridesFleet(t *testing.T, redisType string, addrs []string) {
 func TestOverrideReturnsLeases(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "p.yaml"), []byte(cachedRule), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeTestFile(t, filepath.Join(dir, "p.yaml"), cachedRule)
 	a := startApp(t, dir, slog.New(slog.DiscardHandler), func(s *Settings) { s.Store, s.RedisAddrs = "redis", []string{srv.Addr} })
-	grpcAddr, _, _ := a.Addrs()
-	client, err := rlsclient.Dial(grpcAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	client := dialApp(t, a)
 	for _, v := range []string{"covered", "other"} {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := client.Query(ctx, rlsclient.Request{Domain: "p", Descriptors: [][]descriptor.Entry{{{Key: "k", Value: v}}}})
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
+		send(t, client, "p", descriptor.Entry{Key: "k", Value: v})
 	}
 	if n := a.cached.Len(); n != 2 {
 		t.Fatalf("the cached store holds %d counters, want 2", n)
@@ -265,20 +263,13 @@ func TestResetThroughTheChain(t *testing.T) {
 		t.Run(d.name, func(t *testing.T) {
 			redisType, addrs := d.redis(t)
 			dir := t.TempDir()
-			if err := os.WriteFile(filepath.Join(dir, "r.yaml"), []byte(resetRules), 0o600); err != nil {
-				t.Fatal(err)
-			}
+			writeTestFile(t, filepath.Join(dir, "r.yaml"), resetRules)
 			a := startApp(t, dir, slog.New(slog.DiscardHandler), func(s *Settings) {
 				s.Store, s.RedisType, s.RedisAddrs = "redis", redisType, addrs
 				s.RedisTimeout, s.StoreTimeout = time.Second, 5*time.Second
 				s.OverLimitCacheBytes = 1 << 20
 			})
-			grpcAddr, _, _ := a.Addrs()
-			client, err := rlsclient.Dial(grpcAddr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer client.Close()
+			client := dialApp(t, a)
 			for _, key := range []string{"alg", "cached"} {
 				for _, alg := range []string{"token_bucket", "fixed_window", "sliding_window_counter", "sliding_window_log"} {
 					if key == "cached" && alg == "sliding_window_log" {
@@ -287,13 +278,7 @@ func TestResetThroughTheChain(t *testing.T) {
 					entries := []descriptor.Entry{{Key: key, Value: alg}}
 					query := func() rlsv3.RateLimitResponse_Code {
 						t.Helper()
-						ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-						defer cancel()
-						resp, err := client.Query(ctx, rlsclient.Request{Domain: "r", Descriptors: [][]descriptor.Entry{entries}})
-						if err != nil {
-							t.Fatal(err)
-						}
-						return resp.OverallCode
+						return send(t, client, "r", entries...).OverallCode
 					}
 					for i := range 3 {
 						if code := query(); code != rlsv3.RateLimitResponse_OK {

@@ -97,17 +97,18 @@ type Settings struct {
 	MaxHits        int `mapstructure:"max-hits"`
 	MaxPatterns    int `mapstructure:"max-patterns"`
 
-	// ADMIN (issue 12): the admin API's tokens and the audit log.
+	// AdminTokenFile and AdminToken are the admin API's tokens (the API
+	// is off without either); AuditLog is where the audit log goes.
 	AdminTokenFile string `mapstructure:"admin-token-file"`
 	AdminToken     Secret `mapstructure:"admin-token"` // TOLLGATE_ADMIN_TOKEN or the settings file; never a flag
 	AuditLog       string `mapstructure:"audit-log"`
 
 	XDSSettings `mapstructure:",squash"`
 
-	// Overrides (issue 12, OVERRIDES): StateDir keeps the memory store's
-	// overrides across restarts ("" keeps them in the process only);
-	// MaxOverrideTTL bounds an override's expiry; OverrideRefresh is how
-	// often every override is read again from Redis.
+	// StateDir keeps the memory store's overrides across restarts (""
+	// keeps them in the process only); MaxOverrideTTL bounds an
+	// override's expiry; OverrideRefresh is how often every override is
+	// read again from Redis.
 	StateDir        string        `mapstructure:"state-dir"`
 	MaxOverrideTTL  time.Duration `mapstructure:"max-override-ttl"`
 	OverrideRefresh time.Duration `mapstructure:"override-refresh-interval"`
@@ -185,11 +186,9 @@ func settingsFlags(fs *pflag.FlagSet) *pflag.FlagSet {
 	fs.Int("max-value-length", 4096, "longest descriptor entry value, in bytes")
 	fs.Int("max-hits", limiter.DefaultMaxHits, "largest hits_addend, of a request or a descriptor (the default is Envoy's own cap)")
 	fs.Int("max-patterns", 1000, "most wildcard values of one key at one level of the configuration (allow and deny lists)")
-	// ADMIN (issue 12): the admin API's tokens and the audit log.
 	fs.String("admin-token-file", "", "file of admin API bearer tokens, one a line as NAME TOKEN or TOKEN alone, re-read when it changes; with it or TOLLGATE_ADMIN_TOKEN the admin API is on, else its paths answer 404")
 	fs.String("audit-log", "", "file the audit log (admin changes and reloads, as JSON lines) is appended to; empty: stderr")
 	xdsFlags(fs)
-	// Overrides (issue 12, OVERRIDES).
 	fs.String("state-dir", "", "memory store: directory of the state file that keeps live overrides across restarts (empty: kept in the process only)")
 	fs.Duration("max-override-ttl", 720*time.Hour, "longest time an override may be set for")
 	fs.Duration("override-refresh-interval", 10*time.Second, "redis: how often every override is read again, besides the changes pushed by pub/sub")
@@ -354,7 +353,6 @@ func (s Settings) validate() error {
 			errs = append(errs, fmt.Errorf("%s: must be positive, got %d", bound.name, bound.n))
 		}
 	}
-	// Overrides (issue 12, OVERRIDES).
 	if s.MaxOverrideTTL <= 0 {
 		errs = append(errs, fmt.Errorf("max-override-ttl: must be positive, got %v", s.MaxOverrideTTL))
 	}

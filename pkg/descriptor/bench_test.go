@@ -7,7 +7,8 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
-	"time"
+
+	"github.com/tollgatehq/tollgate/pkg/benchtest"
 )
 
 // benchConfig returns a domain of 10 101 descriptors: 90 tenants and a
@@ -140,33 +141,11 @@ func BenchmarkMatchList(b *testing.B) {
 			}
 		}
 		b.Run(bc.name, func(b *testing.B) {
-			interleave(b,
-				func() { domains[false].Match(plain) },
-				func() { domains[true].Match(listed) })
+			benchtest.Interleave(b,
+				"plain", func() { domains[false].Match(plain) },
+				"list", func() { domains[true].Match(listed) })
 		})
 	}
-}
-
-// interleave runs plain and list in alternating rounds of 1000 calls
-// until the benchmark's loop ends, and reports the ns per call of each
-// and their ratio, list over plain. One op is one round of each.
-func interleave(b *testing.B, plain, list func()) {
-	const round = 1000
-	var spent [2]time.Duration
-	b.ReportAllocs()
-	for b.Loop() {
-		for i, f := range [2]func(){plain, list} {
-			start := time.Now()
-			for range round {
-				f()
-			}
-			spent[i] += time.Since(start)
-		}
-	}
-	calls := float64(b.N) * round
-	b.ReportMetric(float64(spent[0].Nanoseconds())/calls, "plain-ns/call")
-	b.ReportMetric(float64(spent[1].Nanoseconds())/calls, "list-ns/call")
-	b.ReportMetric(float64(spent[1])/float64(spent[0]), "list/plain")
 }
 
 // BenchmarkLoadList measures loading a directory that holds a 100 000-line

@@ -189,6 +189,15 @@ func (d *Domain) ShardBy() string {
 // See the package documentation for the precedence. Match does not
 // allocate.
 func (d *Domain) Match(entries []Entry) *Rule {
+	if n := d.walk(entries); n != nil {
+		return n.rule
+	}
+	return nil
+}
+
+// walk returns the node entries resolve to, matched entry by entry with
+// lookup, or nil if there is none.
+func (d *Domain) walk(entries []Entry) *node {
 	if d == nil || len(entries) == 0 {
 		return nil
 	}
@@ -204,7 +213,7 @@ func (d *Domain) Match(entries []Entry) *Rule {
 		}
 		n, lv = h.node, h.node.children
 	}
-	return n.rule
+	return n
 }
 
 // lookup returns the child matching e and how it matched; its node is nil
@@ -274,22 +283,8 @@ func (g *glob) match(s string) bool {
 // Overrides are validated with it; it walks the tree, so it is not for
 // requests.
 func (d *Domain) Counts(prefix []Entry) bool {
-	if d == nil || len(prefix) == 0 {
-		return false
-	}
-	lv := d.root
-	var n *node
-	for i := range prefix {
-		if lv == nil {
-			return false
-		}
-		h := lv.lookup(&prefix[i])
-		if h.node == nil {
-			return false
-		}
-		n, lv = h.node, h.node.children
-	}
-	return n.counts()
+	n := d.walk(prefix)
+	return n != nil && n.counts()
 }
 
 // counts reports whether n or a node below it has a rule with limits.

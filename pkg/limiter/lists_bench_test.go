@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
-	"time"
 
+	"github.com/tollgatehq/tollgate/pkg/benchtest"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/store/memory"
 )
@@ -76,22 +76,7 @@ func BenchmarkCheckDenyList(b *testing.B) {
 			}
 		}
 		b.Run(bc.name, func(b *testing.B) {
-			const round = 1000
-			var spent [2]time.Duration
-			b.ReportAllocs()
-			for b.Loop() {
-				for i, check := range checks {
-					start := time.Now()
-					for range round {
-						check()
-					}
-					spent[i] += time.Since(start)
-				}
-			}
-			calls := float64(b.N) * round
-			b.ReportMetric(float64(spent[0].Nanoseconds())/calls, "plain-ns/call")
-			b.ReportMetric(float64(spent[1].Nanoseconds())/calls, "list-ns/call")
-			b.ReportMetric(float64(spent[1])/float64(spent[0]), "list/plain")
+			benchtest.Interleave(b, "plain", checks[0], "list", checks[1])
 		})
 	}
 }

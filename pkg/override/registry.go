@@ -1,6 +1,7 @@
 package override
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -130,8 +131,8 @@ func NewRegistry(opts Options) (*Registry, error) {
 	r := &Registry{
 		backend:  opts.Backend,
 		tree:     opts.Tree,
-		maxTTL:   cmpOr(opts.MaxTTL, DefaultMaxTTL),
-		interval: cmpOr(opts.RefreshInterval, DefaultRefreshInterval),
+		maxTTL:   cmp.Or(opts.MaxTTL, DefaultMaxTTL),
+		interval: cmp.Or(opts.RefreshInterval, DefaultRefreshInterval),
 		publish:  opts.Publish,
 		onChange: opts.OnChange,
 		now:      opts.Now,
@@ -164,13 +165,6 @@ func NewRegistry(opts Options) (*Registry, error) {
 		return nil, fmt.Errorf("override registry: creating instruments: %w", err)
 	}
 	return r, nil
-}
-
-func cmpOr(d, def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return d
 }
 
 // active counts the overrides in force now, by domain.
@@ -301,11 +295,12 @@ func (r *Registry) Refresh(ctx context.Context) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.swap(ctx, all)
+	r.swap(ctx, all)
+	return nil
 }
 
 // swap installs the live overrides of all; r.mu is held.
-func (r *Registry) swap(ctx context.Context, all []Override) error {
+func (r *Registry) swap(ctx context.Context, all []Override) {
 	now := r.now()
 	live := make([]Override, 0, len(all))
 	for _, o := range all {
@@ -340,7 +335,6 @@ func (r *Registry) swap(ctx context.Context, all []Override) error {
 	if len(changed) > 0 && r.onChange != nil {
 		r.onChange(changed)
 	}
-	return nil
 }
 
 // Run refreshes the snapshot every RefreshInterval and when a live

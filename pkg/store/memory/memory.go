@@ -380,7 +380,7 @@ func hashIdentity(seed maphash.Seed, b []byte) uint64 {
 }
 
 // Clear deletes the counters of hits and their penalty states (see
-// store.Clear in package store's documentation). It never fails.
+// "Clearing counters" in package store). It never fails.
 func (s *Store) Clear(_ context.Context, counters []store.Hit) error {
 	for i := range counters {
 		h := &counters[i]

@@ -9,10 +9,10 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/store"
 )
 
-// Clear deletes the key of every counter (see store.Clear in package
-// store's documentation): one key per counter whatever its algorithm, so
-// the next hit finds it empty, and the key of its penalty state, so a
-// reset client is forgiven too. The DELs go in one pipeline, which a Cluster
+// Clear deletes the key of every counter (see "Clearing counters" in
+// package store): one key per counter whatever its algorithm, so the next
+// hit finds it empty, and the key of its penalty state, so a reset client
+// is forgiven too. The DELs go in one pipeline, which a Cluster
 // client splits by node. A failure wraps store.ErrUnavailable.
 func (s *Store) Clear(ctx context.Context, counters []store.Hit) error {
 	if len(counters) == 0 {
