@@ -1,6 +1,9 @@
 package store
 
-import "errors"
+import (
+	"context"
+	"errors"
+)
 
 // Clearing counters.
 //
@@ -20,3 +23,20 @@ import "errors"
 
 // ErrCannotClear reports a Clear on a store that cannot forget counters.
 var ErrCannotClear = errors.New("store cannot clear counters")
+
+// ClearWrapped clears counters in next, the store a layer wraps, calling
+// forget, which drops what the layer itself holds of them, before and
+// again after: a batch answered meanwhile cannot leave state behind. It
+// returns ErrCannotClear when next cannot clear counters.
+func ClearWrapped(ctx context.Context, next Store, counters []Hit, forget func([]Hit)) error {
+	c, ok := next.(interface {
+		Clear(ctx context.Context, counters []Hit) error
+	})
+	if !ok {
+		return ErrCannotClear
+	}
+	forget(counters)
+	err := c.Clear(ctx, counters)
+	forget(counters)
+	return err
+}

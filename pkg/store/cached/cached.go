@@ -738,11 +738,6 @@ func (s *Store) Reset() int {
 	return s.Drop(func(*store.Hit) bool { return true })
 }
 
-// clearer is a store that can forget counters (see package store).
-type clearer interface {
-	Clear(ctx context.Context, counters []store.Hit) error
-}
-
 // Clear forgets the counters here without giving their leases back (the
 // shared counters are cleared, so the leased hits are no longer charged
 // anywhere), then passes the call to the inner store, or returns
@@ -752,15 +747,9 @@ type clearer interface {
 // it is gone, and if after, it stays charged until its window ends (a
 // false rejection, never overage).
 func (s *Store) Clear(ctx context.Context, counters []store.Hit) error {
-	c, ok := s.inner.(clearer)
-	if !ok {
-		return store.ErrCannotClear
-	}
-	s.Forget(counters)
-	err := c.Clear(ctx, counters)
-	// Again: a hit decided meanwhile may have leased under the old count.
-	s.Forget(counters)
-	return err
+	// Forgotten again after: a hit decided meanwhile may have leased under
+	// the old count.
+	return store.ClearWrapped(ctx, s.inner, counters, s.Forget)
 }
 
 // Forget forgets the counters here without giving their leases back, as

@@ -393,24 +393,12 @@ func (sh *shard) evict(now, need int64) {
 	}
 }
 
-// clearer is a store that can forget counters (see package store).
-type clearer interface {
-	Clear(ctx context.Context, counters []store.Hit) error
-}
-
 // Clear forgets the counters' entries, then passes the call to the store
 // it wraps, or returns store.ErrCannotClear when that store cannot clear.
 // The entries are forgotten first and again after the store has cleared,
 // so that a batch answered meanwhile cannot leave one behind.
 func (s *Store) Clear(ctx context.Context, counters []store.Hit) error {
-	c, ok := s.next.(clearer)
-	if !ok {
-		return store.ErrCannotClear
-	}
-	s.Forget(counters)
-	err := c.Clear(ctx, counters)
-	s.Forget(counters)
-	return err
+	return store.ClearWrapped(ctx, s.next, counters, s.Forget)
 }
 
 // Forget drops the entries of the counters, so that their next hits go to
