@@ -35,6 +35,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tollgatehq/tollgate/pkg/audit"
@@ -98,6 +99,14 @@ type Handler struct {
 	opts   Options
 	mux    *http.ServeMux
 	routes []string
+	// refusals throttles the log of refused calls to one line a second,
+	// which counts those left unlogged, so a client guessing tokens
+	// cannot flood the log.
+	refusals struct {
+		sync.Mutex
+		loggedAt   time.Time
+		suppressed int
+	}
 }
 
 // New returns the admin API's handler. It fails when a required option is
@@ -161,14 +170,30 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.Serv
 func (h *Handler) authenticate(r *http.Request) (string, bool) {
 	scheme, presented, found := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !found || !strings.EqualFold(scheme, "Bearer") {
-		h.opts.Logger.Warn("admin call without a bearer token refused", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
+		h.refused(r, "admin call without a bearer token refused")
 		return "", false
 	}
 	name, ok := h.opts.Tokens.Authenticate(strings.TrimSpace(presented))
 	if !ok {
-		h.opts.Logger.Warn("admin call with an unknown token refused", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
+		h.refused(r, "admin call with an unknown token refused")
 	}
 	return name, ok
+}
+
+// refused logs a refused call, at most once a second.
+func (h *Handler) refused(r *http.Request, msg string) {
+	rf := &h.refusals
+	rf.Lock()
+	now := h.opts.Now()
+	if now.Sub(rf.loggedAt) < time.Second {
+		rf.suppressed++
+		rf.Unlock()
+		return
+	}
+	suppressed := rf.suppressed
+	rf.loggedAt, rf.suppressed = now, 0
+	rf.Unlock()
+	h.opts.Logger.Warn(msg, "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr, "unlogged_refusals", suppressed)
 }
 
 // CreateRequest is the body of POST /v1/overrides. Exactly one of Limit

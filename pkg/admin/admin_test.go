@@ -56,6 +56,8 @@ type server struct {
 	// logs has everything the handler, the tokens and the registry logged;
 	// auditLines what the audit wrote.
 	logs, auditLines *logtest.Buffer
+	// at is the time every part reads, now unless a test moves it.
+	at time.Time
 }
 
 func newServer(t *testing.T) *server {
@@ -64,8 +66,8 @@ func newServer(t *testing.T) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock := func() time.Time { return now }
-	srv := &server{logs: &logtest.Buffer{}, auditLines: &logtest.Buffer{}}
+	srv := &server{logs: &logtest.Buffer{}, auditLines: &logtest.Buffer{}, at: now}
+	clock := func() time.Time { return srv.at }
 	logger := slog.New(slog.NewTextHandler(srv.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	backend, err := statefile.Open(t.TempDir(), statefile.Options{Now: clock, Logger: logger})
 	if err != nil {
@@ -563,5 +565,24 @@ func TestNewRequiresOptions(t *testing.T) {
 	_, err := admin.New(admin.Options{})
 	if want := "admin: missing options Audit, Limiter, Overrides, Resetter, Tokens"; err == nil || err.Error() != want {
 		t.Errorf("New with no options: %v, want %q", err, want)
+	}
+}
+
+// TestRefusalsLogThrottled checks that refused calls are logged at most
+// once a second, the next line counting those left unlogged.
+func TestRefusalsLogThrottled(t *testing.T) {
+	s := newServer(t)
+	for range 5 {
+		if code, _ := s.call(t, "wrong-token", http.MethodGet, "/v1/overrides", ""); code != http.StatusUnauthorized {
+			t.Fatalf("a wrong token: %d", code)
+		}
+	}
+	if n := strings.Count(s.logs.String(), "unknown token refused"); n != 1 {
+		t.Fatalf("5 refusals within a second logged %d lines, want 1:\n%s", n, s.logs)
+	}
+	s.at = s.at.Add(time.Second)
+	s.call(t, "", http.MethodGet, "/v1/overrides", "")
+	if logs := s.logs.String(); !strings.Contains(logs, "without a bearer token refused") || !strings.Contains(logs, "unlogged_refusals=4") {
+		t.Fatalf("a refusal a second later did not log the 4 left unlogged:\n%s", logs)
 	}
 }
