@@ -154,6 +154,10 @@ type CheckStatus struct {
 	Remaining         *uint32 `json:"remaining,omitempty"`
 	ResetAfterSeconds float64 `json:"reset_after_seconds,omitempty"`
 	RetryAfterSeconds int64   `json:"retry_after_seconds,omitempty"`
+	// Penalized marks a rejection by a penalty's cooldown; Never one that
+	// no wait would change (the cost exceeds the limit's capacity).
+	Penalized bool `json:"penalized,omitempty"`
+	Never     bool `json:"never,omitempty"`
 }
 
 // Limit is a counted limit as the API shows it.
@@ -238,7 +242,7 @@ func NewCheckResponse(resp *limiter.Response) CheckResponse {
 }
 
 func statusJSON(st limiter.Status) CheckStatus {
-	out := CheckStatus{Code: codeName(st.Code), Limit: LimitJSON(st.Limit)}
+	out := CheckStatus{Code: codeName(st.Code), Limit: LimitJSON(st.Limit), Penalized: st.Penalized, Never: st.Never}
 	if st.Limit != nil || st.Remaining == math.MaxUint32 {
 		remaining := st.Remaining
 		out.Remaining = &remaining

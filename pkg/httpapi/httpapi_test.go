@@ -24,6 +24,8 @@ descriptors:
   - key: user
     value: vip
     action: allow
+  - key: client
+    rate_limit: {unit: minute, requests_per_unit: 1, algorithm: fixed_window, penalty: {cooldown: 10s}}
 `
 
 func newHandler(t *testing.T, ready func() error) http.Handler {
@@ -181,5 +183,22 @@ func TestCheckChargeAlways(t *testing.T) {
 	}
 	if got := rc.last.Descriptors[0].Entries; len(got) != 1 {
 		t.Errorf("plain call entries = %v, want the request's one", got)
+	}
+}
+
+// TestCheckPenalizedAndNever checks that a status says when a penalty
+// rejected it, and when no wait would help because the cost exceeds the
+// capacity.
+func TestCheckPenalizedAndNever(t *testing.T) {
+	h := newHandler(t, nil)
+	client := `{"domain":"api","descriptors":[{"entries":[{"key":"client","value":"c1"}]}]}`
+	for i, want := range []string{`"code":"OK"`, `"retry_after_seconds":30}`, `"retry_after_seconds":10,"penalized":true}`} {
+		if rec := post(h, client); !strings.Contains(rec.Body.String(), want) {
+			t.Fatalf("call %d: %s, want %s", i+1, rec.Body, want)
+		}
+	}
+	rec := post(h, `{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"u1"}],"hits":3}]}`)
+	if rec.Code != http.StatusTooManyRequests || !strings.Contains(rec.Body.String(), `"never":true`) || strings.Contains(rec.Body.String(), "retry_after") {
+		t.Fatalf("a cost of 3 against a limit of 2: %d %s, want 429 never, without retry_after", rec.Code, rec.Body)
 	}
 }
