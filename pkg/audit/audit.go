@@ -92,19 +92,21 @@ func New(opts Options) *Log {
 }
 
 // Record appends e, stamped with the current time if it has none, and
-// writes it to the logger.
+// writes it to the logger. Records are kept and written under one lock,
+// so the log's lines come in the order Last returns them: audits are
+// rare, and their order is the point.
 func (l *Log) Record(ctx context.Context, e Entry) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if e.Time.IsZero() {
 		e.Time = l.now()
 	}
 	e.Time = e.Time.UTC()
-	l.mu.Lock()
 	l.ring[l.next] = e
 	l.next++
 	if l.next == len(l.ring) {
 		l.next, l.full = 0, true
 	}
-	l.mu.Unlock()
 
 	attrs := []slog.Attr{
 		slog.Time("at", e.Time),

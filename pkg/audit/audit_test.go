@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -86,5 +88,38 @@ func TestRecordWritesJSONLines(t *testing.T) {
 	}
 	if !reflect.DeepEqual(lines, want) {
 		t.Errorf("audit lines:\n got %v\nwant %v", lines, want)
+	}
+}
+
+// TestConcurrentRecordsKeepOneOrder records from many goroutines and
+// checks that the log's lines come in the order Last returns them.
+func TestConcurrentRecordsKeepOneOrder(t *testing.T) {
+	var buf logtest.Buffer
+	const writers, each = 8, 100
+	l := audit.New(audit.Options{Size: writers * each, Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				l.Record(context.Background(), audit.Entry{Actor: "ops", Action: audit.ActionReset, Target: fmt.Sprintf("%d-%d", w, i)})
+			}
+		})
+	}
+	wg.Wait()
+	var logged []string
+	sc := bufio.NewScanner(strings.NewReader(buf.String()))
+	for sc.Scan() {
+		var line struct{ Target string }
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			t.Fatalf("line %q: %v", sc.Text(), err)
+		}
+		logged = append(logged, line.Target)
+	}
+	var kept []string
+	for _, e := range l.Last(0) {
+		kept = append(kept, e.Target)
+	}
+	if len(logged) != writers*each || !reflect.DeepEqual(logged, kept) {
+		t.Fatalf("%d lines logged in another order than the %d entries kept", len(logged), len(kept))
 	}
 }
