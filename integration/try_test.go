@@ -115,12 +115,15 @@ func TestTryItAnswers(t *testing.T) {
 	if n := len(tryEdit.FindAllIndex(data, -1)); n != 1 {
 		t.Fatalf("the edit matches %d lines of endpoints.yaml, want 1", n)
 	}
-	before, _, _ := strings.Cut(svc.get(t, svc.debugAddr, "/debug/config"), "\n")
+	// The first line is "# hash H, loaded T": only H tells the edit from
+	// a reload of the same rules.
+	hash := func() string {
+		h, _, _ := strings.Cut(svc.get(t, svc.debugAddr, "/debug/config"), ",")
+		return h
+	}
+	before := hash()
 	writeFile(t, path, tryEdit.ReplaceAllString(string(data), "requests_per_unit: 3"))
-	eventually(t, 10*time.Second, "the edit to be reloaded", func() bool {
-		now, _, _ := strings.Cut(svc.get(t, svc.debugAddr, "/debug/config"), "\n")
-		return now != before
-	})
+	eventually(t, 10*time.Second, "the edit to be reloaded", func() bool { return hash() != before })
 	for i := range 3 {
 		check(t, "/search k2 after the edit", svc.query(t, "endpoints", entries("api_key", "k2", "endpoint", "/search")),
 			want{code: rlsv3.RateLimitResponse_OK, limit: 3, remaining: uint32(2 - i)})
