@@ -627,3 +627,41 @@ func TestNearItsLimitACounterIsDecidedStrictly(t *testing.T) {
 		conserved(t, m, s, "a", fixed, fixed.Requests-200+51)
 	})
 }
+
+// TestEndedLeasesGivenBackWhenWorthIt checks that a lease that ends is
+// given back only when its hits still count for others: a slow bucket's
+// tokens are, but not the few tokens of a fast bucket far from its limit,
+// which refill within an interval, nor a fixed window's hits once their
+// window is over.
+func TestEndedLeasesGivenBackWhenWorthIt(t *testing.T) {
+	fast := algorithm.Limit{Kind: algorithm.TokenBucket, Requests: 10_000, Period: second}
+	perSecond := algorithm.Limit{Kind: algorithm.FixedWindow, Requests: 10_000, Period: second}
+	for _, tc := range []struct {
+		name     string
+		limit    algorithm.Limit
+		returned bool
+	}{
+		{"a slow bucket's tokens", bucket, true},
+		{"a fast bucket's tokens", fast, false},
+		{"a fixed window's hits after their window", perSecond, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				mp, read := metrictest.New(t)
+				_, s := newPair(t, cached.Options{MeterProvider: mp})
+				for range 30 {
+					apply(t, s, hitOn("a", tc.limit, 1))
+				}
+				synctest.Wait()
+				if s.Unspent() == 0 {
+					t.Fatal("no lease held")
+				}
+				time.Sleep(1100 * time.Millisecond) // past a bucket lease's 500 ms and the window
+				synctest.Wait()
+				if returned := read("tollgate_cached_returned_hits"); (returned > 0) != tc.returned {
+					t.Fatalf("%d hits given back, want some: %v", returned, tc.returned)
+				}
+			})
+		})
+	}
+}

@@ -337,7 +337,9 @@ func (c *counter) expire(s *Store, now int64) {
 			continue
 		}
 		if now >= g.lease.Until {
-			s.queueReturn(c, g.lease, g.lease.Hits-g.spent)
+			if unspent := g.lease.Hits - g.spent; c.owed(g.lease, unspent, now, s.interval) {
+				s.queueReturn(c, g.lease, unspent)
+			}
 			*g = grant{}
 		} else if g.spent >= g.lease.Hits {
 			*g = grant{}
@@ -346,6 +348,26 @@ func (c *counter) expire(s *Store, now int64) {
 	if c.grants[0].lease.Hits == 0 && c.grants[1].lease.Hits > 0 {
 		c.grants[0], c.grants[1] = c.grants[1], grant{}
 	}
+}
+
+// owed reports whether the unspent hits of a lease that ended at now are
+// worth a Return call. A fixed window's hits count no more once their
+// window has ended (algorithm.Return gives nothing back for them). A token
+// bucket's unspent tokens are kept when they refill within one interval
+// and the counter was far from its limit at the last answer: nothing is
+// leased within strictBelow of the limit, so no hit waits for them, and
+// the Redis call would cost more than they are worth.
+func (c *counter) owed(lease algorithm.Lease, unspent, now, interval int64) bool {
+	l := c.limit
+	switch {
+	case unspent <= 0:
+		return false
+	case l.Kind == algorithm.FixedWindow:
+		return now < lease.Window+l.Period
+	case l.Kind == algorithm.TokenBucket:
+		return c.left < aheadBelow || unspent*l.Period > interval*l.Requests
+	}
+	return true
 }
 
 // release queues the return of every unspent hit held.

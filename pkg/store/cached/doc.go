@@ -134,7 +134,12 @@
 // tick) when a lease reaches its Until, when a counter has had no hit for
 // IdleAfter (1 s), when a counter is evicted to stay within MaxKeys, when
 // Drop or Reset forget it (the app calls them when a reload changes
-// rules), and on Close. The Store's one goroutine renews, returns and,
+// rules), and on Close. A lease that reaches its Until is not given back
+// when that would change nothing worth a call: a fixed window's hits once
+// their window is over, and a token bucket's unspent tokens when they
+// refill within one RenewInterval and the counter was at least 512 from
+// its limit at the last answer (no hit near the limit waits for them).
+// The Store's one goroutine renews, returns and,
 // every RenewInterval, ends expired leases and idle counters (a scan of
 // all counters); Close stops it and returns everything.
 //
