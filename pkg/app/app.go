@@ -199,6 +199,11 @@ func (a *App) build(ctx context.Context) error {
 		Limiter: lim, Logger: a.logger, TracerProvider: tracer,
 		ResponseDynamicMetadata: s.ResponseDynamicMetadata, OmitDecisionMetadata: !s.DecisionMetadata,
 	})
+	if a.reloader.Current() == nil {
+		// Rules over xDS come after the start: until they do, Envoy's
+		// health checks must not send calls that no rule would decide.
+		a.rls.SetServing(false)
+	}
 	grpcOpts := []grpc.ServerOption{
 		// Serve calls on long-lived workers rather than a goroutine per
 		// call: a fresh goroutine grows its stack on every call, which
@@ -350,8 +355,9 @@ func (a *App) newStore(meters metric.MeterProvider) (store.Store, error) {
 	return nil, fmt.Errorf("unknown store %q", s.Store)
 }
 
-// treeChanged is the reloader's OnChange: after a reload swaps in a new
-// tree, the cached store forgets every counter and returns every lease,
+// treeChanged is the reloader's OnChange. New rules make the gRPC health
+// SERVING (it starts NOT_SERVING while rules over xDS have not come yet).
+// After a reload swaps in a new tree, the cached store forgets every counter and returns every lease,
 // since a lease was sized and charged under the old rules (a smaller limit
 // must not be spent from a lease taken under a larger one). Counters whose
 // rules did not change lease again on their next hit: one round trip
@@ -360,6 +366,11 @@ func (a *App) newStore(meters metric.MeterProvider) (store.Store, error) {
 // after the Reset; such a lease is at most 1/64 of what was left and ends
 // with its window or lifetime.
 func (a *App) treeChanged(tree *descriptor.Tree) {
+	if a.rls != nil {
+		// Rules are live (over xDS the first may come late): serve,
+		// unless the breaker says otherwise.
+		a.rls.SetServing(!a.settings.BreakerNotServing || a.degraded() == "")
+	}
 	a.auditReload(tree)
 	if a.cached != nil {
 		if n := a.cached.Reset(); n > 0 {
@@ -415,7 +426,7 @@ func (a *App) storeChanged(st breaker.State) {
 	}
 	a.rls.SetStoreHealthy(st == breaker.Closed)
 	if a.settings.BreakerNotServing {
-		a.rls.SetServing(st == breaker.Closed)
+		a.rls.SetServing(st == breaker.Closed && a.reloader.Current() != nil)
 	}
 }
 

@@ -15,6 +15,8 @@ import (
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/rlsclient"
@@ -57,6 +59,21 @@ func readyz(t *testing.T, httpAddr string) int {
 	return resp.StatusCode
 }
 
+// grpcHealth returns the gRPC health of the whole server at grpcAddr.
+func grpcHealth(t *testing.T, grpcAddr string) healthpb.HealthCheckResponse_ServingStatus {
+	t.Helper()
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	resp, err := healthpb.NewHealthClient(conn).Check(t.Context(), &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.GetStatus()
+}
+
 func TestXDSRules(t *testing.T) {
 	query := rlsclient.Request{Domain: "eg", Descriptors: [][]descriptor.Entry{{{Key: "k", Value: "v"}}}}
 	codes := func(t *testing.T, grpcAddr string, n int) []rlsv3.RateLimitResponse_Code {
@@ -93,6 +110,9 @@ func TestXDSRules(t *testing.T) {
 		if code := readyz(t, httpAddr); code != http.StatusServiceUnavailable {
 			t.Fatalf("/readyz before the first config = %d, want 503", code)
 		}
+		if st := grpcHealth(t, grpcAddr); st != healthpb.HealthCheckResponse_NOT_SERVING {
+			t.Fatalf("gRPC health before the first config = %v, want NOT_SERVING", st)
+		}
 		snap, err := cachev3.NewSnapshot("1", map[resourcev3.Type][]types.Resource{resourcev3.RateLimitConfigType: {
 			&rlsconfv3.RateLimitConfig{Name: "eg", Domain: "eg", Descriptors: []*rlsconfv3.RateLimitDescriptor{{
 				Key: "k", Value: "v", RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_HOUR, RequestsPerUnit: 1},
@@ -105,6 +125,9 @@ func TestXDSRules(t *testing.T) {
 			t.Fatal(err)
 		}
 		poll(t, func() bool { return readyz(t, httpAddr) == http.StatusOK }, "never ready after the first config")
+		if st := grpcHealth(t, grpcAddr); st != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("gRPC health after the first config = %v, want SERVING", st)
+		}
 		got := codes(t, grpcAddr, 2)
 		if got[0] != rlsv3.RateLimitResponse_OK || got[1] != rlsv3.RateLimitResponse_OVER_LIMIT {
 			t.Fatalf("two requests against 1 an hour answered %v, want OK then OVER_LIMIT", got)

@@ -83,8 +83,8 @@ func TestRunWithoutDirectory(t *testing.T) {
 }
 
 // TestOnChange checks that OnChange sees every swap to a tree with a new
-// hash, and nothing else: not the first tree, not an unchanged or failed
-// reload.
+// hash, the first tree of rules fed from outside (xDS) included, and
+// nothing else: not an unchanged or failed reload.
 func TestOnChange(t *testing.T) {
 	var seen []string
 	r, err := reload.New(reload.Options{Source: "xds", OnChange: func(tree *descriptor.Tree) { seen = append(seen, tree.Hash()) }})
@@ -99,7 +99,7 @@ func TestOnChange(t *testing.T) {
 		load    func() (*descriptor.Tree, error)
 		changes bool
 	}{
-		{one, false}, // the first tree
+		{one, true},  // the first tree, where there was none
 		{one, false}, // unchanged
 		{bad, false}, // failed
 		{two, true},

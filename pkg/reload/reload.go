@@ -84,9 +84,11 @@ type Options struct {
 	// time.Now. Debouncing always uses the monotonic clock.
 	Now func() time.Time
 	// OnChange, if set, is called with the new tree after a reload swaps
-	// in a tree whose hash differs from the live one's (not for the first
-	// tree), one call at a time, before the reload returns. The app uses
-	// it to forget state kept for the old rules.
+	// in a tree whose hash differs from the live one's, or the first tree
+	// of a Reloader without a Dir (rules that arrive after the start), but
+	// not for the tree New loads from Dir; one call at a time, before the
+	// reload returns. The app uses it to forget state kept for the old
+	// rules.
 	OnChange func(*descriptor.Tree)
 }
 
@@ -295,7 +297,7 @@ func (r *Reloader) applyWith(reason string, load func() (*descriptor.Tree, error
 	r.lastFailure = ""
 	r.mu.Unlock()
 	r.metrics.success()
-	if changed && old != nil && r.onChange != nil {
+	if changed && (old != nil || r.dir == "") && r.onChange != nil {
 		r.onChange(tree)
 	}
 
