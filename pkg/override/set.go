@@ -35,7 +35,9 @@ type Live struct {
 	entries []descriptor.Entry
 
 	// limits caches the limits it makes of a rule's, by rule; n counts
-	// them, up to maxCached.
+	// them. At maxCached the cache starts again empty: a reload makes new
+	// rules, so a long-lived override would otherwise fill it with rules
+	// no request reaches any more, and allocate for every new one.
 	limits sync.Map // *descriptor.Rule → []descriptor.Limit
 	n      atomic.Int64
 }
@@ -145,7 +147,11 @@ func (lv *Live) Limits(rule *descriptor.Rule, limits []descriptor.Limit) []descr
 		}
 	}
 	out := lv.apply(limits)
-	if rule != nil && lv.n.Load() < maxCached {
+	if rule != nil {
+		if lv.n.Load() >= maxCached {
+			lv.limits.Clear()
+			lv.n.Store(0)
+		}
 		if v, loaded := lv.limits.LoadOrStore(rule, out); loaded {
 			out = v.([]descriptor.Limit)
 		} else {
