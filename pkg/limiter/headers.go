@@ -268,14 +268,10 @@ func appendBody(b []byte, over *Status, retry int64, now time.Time) []byte {
 		b = append(b, `"request denied by policy"`...)
 	case over.Penalized:
 		b = append(b, `"rate limit exceeded: requests sent while told to wait are blocked for a cooldown","penalty":true,"limit":`...)
-		b = strconv.AppendUint(b, capacity(over.Limit), 10)
-		b = append(b, `,"window":`...)
-		b = strconv.AppendInt(b, int64(over.Limit.Period()/time.Second), 10)
+		b = appendPolicy(b, over.Limit, `,"window":`)
 	default:
 		b = append(b, `"rate limit exceeded","limit":`...)
-		b = strconv.AppendUint(b, capacity(over.Limit), 10)
-		b = append(b, `,"window":`...)
-		b = strconv.AppendInt(b, int64(over.Limit.Period()/time.Second), 10)
+		b = appendPolicy(b, over.Limit, `,"window":`)
 	}
 	b = append(b, `,"retry_after_seconds":`...)
 	b = strconv.AppendInt(b, retry, 10)
@@ -292,10 +288,7 @@ func appendBody(b []byte, over *Status, retry int64, now time.Time) []byte {
 // retry.
 func appendNeverBody(b []byte, over *Status) []byte {
 	b = append(b, `{"code":429,"message":"request cost exceeds the limit's capacity: it can never be admitted","limit":`...)
-	b = strconv.AppendUint(b, capacity(over.Limit), 10)
-	b = append(b, `,"window":`...)
-	b = strconv.AppendInt(b, int64(over.Limit.Period()/time.Second), 10)
-	return append(b, '}')
+	return append(appendPolicy(b, over.Limit, `,"window":`), '}')
 }
 
 // appendPolicy appends "q<sep>w" for lim: its capacity and its window in

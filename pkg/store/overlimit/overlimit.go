@@ -226,7 +226,7 @@ func (s *Store) Apply(ctx context.Context, hits []store.Hit, verdicts []algorith
 		case h.Cost < 0:
 			s.drop(k)
 			local = false
-		case local && h.Cost == 1 && h.Limit.Charge != algorithm.ChargeAlways && h.Penalty == nil:
+		case local && answerable(h):
 			local = s.lookup(k, h.Limit, now, &verdicts[i])
 		default:
 			local = false
@@ -255,13 +255,18 @@ func keyAt(buf []byte, ends []int, i int) []byte {
 	return buf[ends[i-1]:ends[i]]
 }
 
-// remembered reports whether a hit's verdict is one the cache keeps. An
-// always-charged hit's is not: it tells when the counter is back at its
-// limit, not when a hit fits again. Nor is that of a hit under a penalty,
-// which must reach the store every time.
+// answerable reports whether the cache may answer h: a hit of cost 1,
+// not always charged (such a hit's rejection tells when the counter is
+// back at its limit, not when a hit fits again) and under no penalty
+// (such a hit must reach the store every time).
+func answerable(h *store.Hit) bool {
+	return h.Cost == 1 && h.Limit.Charge != algorithm.ChargeAlways && h.Penalty == nil
+}
+
+// remembered reports whether a hit's verdict is one the cache keeps: a
+// rejection of an answerable hit that says when a hit fits again.
 func remembered(h *store.Hit, v *algorithm.Verdict) bool {
-	return h.Cost == 1 && h.Limit.Charge != algorithm.ChargeAlways && h.Penalty == nil && !v.Allowed && v.Remaining == 0 &&
-		v.RetryAfter > 0 && h.Limit.Capacity() >= 1
+	return answerable(h) && !v.Allowed && v.Remaining == 0 && v.RetryAfter > 0 && h.Limit.Capacity() >= 1
 }
 
 // repeated reports whether the key of hit i occurs twice in buf.
