@@ -122,9 +122,9 @@ func TestAdminCommands(t *testing.T) {
 	a := startAdminApp(t)
 	withFile := []string{"--token-file", a.tokenFile}
 	env := map[string]string{"TOLLGATE_ADMIN_TOKEN": envToken}
-	remaining := func() string {
+	remaining := func(key string) string {
 		t.Helper()
-		code, out, errOut := a.admin(t, env, "remaining", "--domain", "api", "--descriptor", "api_key=k1")
+		code, out, errOut := a.admin(t, env, "remaining", "--domain", "api", "--descriptor", "api_key="+key)
 		if code != 0 {
 			t.Fatalf("remaining: exit %d: %s", code, errOut)
 		}
@@ -153,7 +153,7 @@ func TestAdminCommands(t *testing.T) {
 	if !strings.HasPrefix(out, "{\n  \"id\": ") {
 		t.Errorf("create printed %q, want indented JSON", out)
 	}
-	if got, want := remaining(), "override:"+created.ID+" 10"; got != want {
+	if got, want := remaining("k1"), "override:"+created.ID+" 10"; got != want {
 		t.Errorf("remaining under the override: %q, want %q", got, want)
 	}
 
@@ -167,23 +167,33 @@ func TestAdminCommands(t *testing.T) {
 		t.Errorf("list of another domain: exit %d, %q", code, out)
 	}
 
-	// A client rejected, then reset.
+	// A client exhausted, then reset. Not a wait for something: the
+	// minute's fixed window must not end between the hits and the reset.
+	if left := time.Until(time.Now().Truncate(time.Minute).Add(time.Minute)); left < 5*time.Second {
+		time.Sleep(left)
+	}
 	for range 2 {
 		postCheck(t, a.addr, `{"domain":"api","descriptors":[{"entries":[{"key":"api_key","value":"k2"}]}]}`)
 	}
-	if got := remaining(); got != "override:"+created.ID+" 10" {
+	if got := remaining("k1"); got != "override:"+created.ID+" 10" {
 		t.Errorf("k1 touched by k2's hits: %q", got)
+	}
+	if got := remaining("k2"); got != " 0" {
+		t.Fatalf("remaining of k2 after its 2 hits: %q, want the rule's 0", got)
 	}
 	code, out, errOut = a.admin(t, env, "reset", "--domain", "api", "--descriptor", "api_key=k2", "--reason", "incident")
 	if code != 0 || !strings.Contains(out, `"rule": "api_key"`) {
 		t.Errorf("reset: exit %d, %q %q", code, out, errOut)
+	}
+	if got := remaining("k2"); got != " 2" {
+		t.Errorf("remaining of k2 after the reset: %q, want the rule's 2", got)
 	}
 
 	code, out, errOut = a.admin(t, env, "overrides", "delete", created.ID, "--reason", "done")
 	if code != 0 || !strings.Contains(out, created.ID) {
 		t.Errorf("delete: exit %d, %q %q", code, out, errOut)
 	}
-	if got := remaining(); got != " 2" {
+	if got := remaining("k1"); got != " 2" {
 		t.Errorf("remaining after the delete: %q, want the rule's 2", got)
 	}
 

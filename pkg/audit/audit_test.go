@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -91,12 +92,22 @@ func TestRecordWritesJSONLines(t *testing.T) {
 	}
 }
 
+// yielding is a slog.Handler that yields the processor before it
+// writes, so that a writer racing another between keeping an entry and
+// logging it is overtaken at once.
+type yielding struct{ slog.Handler }
+
+func (h yielding) Handle(ctx context.Context, r slog.Record) error {
+	runtime.Gosched()
+	return h.Handler.Handle(ctx, r)
+}
+
 // TestConcurrentRecordsKeepOneOrder records from many goroutines and
 // checks that the log's lines come in the order Last returns them.
 func TestConcurrentRecordsKeepOneOrder(t *testing.T) {
 	var buf logtest.Buffer
 	const writers, each = 8, 100
-	l := audit.New(audit.Options{Size: writers * each, Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
+	l := audit.New(audit.Options{Size: writers * each, Logger: slog.New(yielding{slog.NewJSONHandler(&buf, nil)})})
 	var wg sync.WaitGroup
 	for w := range writers {
 		wg.Go(func() {

@@ -179,8 +179,17 @@ func TestOverrideNotOnUncounted(t *testing.T) {
 func TestResetWithOverride(t *testing.T) {
 	f, ovs := newOverrideFixture(t)
 	r := req("api", d("tenant=acme", "path=/x"))
-	f.check(t, r)
-	ovs.use(ov("h", d("tenant=acme"), &override.Limit{RequestsPerUnit: 1, Unit: "hour"}, 0))
+	expect := func(step string, want Code, remaining uint32) {
+		t.Helper()
+		if got := f.check(t, r).Statuses[0]; got.Code != want || got.Remaining != remaining {
+			t.Fatalf("%s: %s, want %v with %d remaining", step, fmtStatus(got), want, remaining)
+		}
+	}
+	expect("under the rule", OK, 9)
+	h := ov("h", d("tenant=acme"), &override.Limit{RequestsPerUnit: 1, Unit: "hour"}, 0)
+	ovs.use(h)
+	expect("under the override", OK, 0)
+	expect("over the override", OverLimit, 0)
 	got, err := f.lim.Reset(context.Background(), r)
 	if err != nil {
 		t.Fatal(err)
@@ -188,6 +197,9 @@ func TestResetWithOverride(t *testing.T) {
 	if len(got) != 2 || got[0].Limit.Name != "override:h" || got[1].Limit.Name != "per_path" {
 		t.Fatalf("Reset = %+v, want the override's counter and the rule's", got)
 	}
+	expect("the override's counter after the reset", OK, 0)
+	ovs.use()
+	expect("the rule's counter after the reset", OK, 9)
 }
 
 // BenchmarkCheckOverrides measures one descriptor's decision without an

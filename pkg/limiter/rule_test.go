@@ -60,6 +60,9 @@ descriptors:
 				tt.req.Descriptors[0].Override = over
 			}
 			resp := f.check(t, tt.req)
+			if len(resp.Statuses) != len(tt.want) {
+				t.Fatalf("%d statuses, want %d", len(resp.Statuses), len(tt.want))
+			}
 			for i, st := range resp.Statuses {
 				got := ""
 				if st.Rule != nil {

@@ -3,6 +3,9 @@ package reload_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"testing/fstest"
 
@@ -113,5 +116,29 @@ func TestOnChange(t *testing.T) {
 		if len(seen) != len(want) || (len(want) > 0 && seen[len(seen)-1] != want[len(want)-1]) {
 			t.Fatalf("after step %d: OnChange saw %v, want %v", i, seen, want)
 		}
+	}
+}
+
+// TestOnChangeNotForTheInitialTree checks that a Reloader with a Dir does
+// not call OnChange for the tree New loads, only for a later change.
+func TestOnChangeNotForTheInitialTree(t *testing.T) {
+	dir := t.TempDir()
+	const rule = "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"
+	if err := os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(rule), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	r, err := reload.New(reload.Options{Dir: dir, OnChange: func(*descriptor.Tree) { calls++ }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if calls != 0 {
+		t.Fatalf("OnChange called %d times for the initial tree, want 0", calls)
+	}
+	if err := r.Apply("edit", treeOf("a.yaml", strings.Replace(rule, "requests_per_unit: 1", "requests_per_unit: 2", 1))); err != nil {
+		t.Fatal(err)
+	}
+	if calls != 1 {
+		t.Fatalf("OnChange called %d times after a change, want 1", calls)
 	}
 }
