@@ -3,7 +3,6 @@ package integration
 import (
 	"encoding/json"
 	"net/http"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -53,16 +52,9 @@ func TestCachedFleetCluster(t *testing.T) {
 // made from leases without Redis, and that an instance that shuts down
 // gives its unspent leases back.
 func testCachedFleet(t *testing.T, redisType string, addrs []string) {
-	dir := t.TempDir()
-	writeFile(t, filepath.Join(dir, "fleet.yaml"), cachedFleetRules)
 	useRedis := countIn(redisType, addrs, "cachedfleet")
-	var fleet []*service
-	for range 3 {
-		fleet = append(fleet, startServiceIn(t, dir, useRedis))
-	}
-	strictDir := t.TempDir()
-	writeFile(t, filepath.Join(strictDir, "fleet.yaml"), strings.ReplaceAll(cachedFleetRules, ", precision: cached", ""))
-	probe := startServiceIn(t, strictDir, useRedis)
+	fleet := startFleet(t, cachedFleetRules, useRedis)
+	probe := startService(t, map[string]string{"fleet.yaml": strings.ReplaceAll(cachedFleetRules, ", precision: cached", "")}, useRedis)
 
 	t.Run("no more than the limit", func(t *testing.T) {
 		start := time.Now()

@@ -13,6 +13,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/tollgatehq/tollgate/integration/redistest"
+	"github.com/tollgatehq/tollgate/pkg/app"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/rlsclient"
 )
@@ -51,13 +52,7 @@ func TestFleetCluster(t *testing.T) {
 // hammers one key per algorithm through all three at once: the fleet must
 // admit exactly the limit (plus what a token bucket refills meanwhile).
 func testFleet(t *testing.T, redisType string, addrs []string) {
-	dir := t.TempDir()
-	writeFile(t, filepath.Join(dir, "fleet.yaml"), fleetRules)
-	useRedis := countIn(redisType, addrs, "fleet")
-	var fleet []*service
-	for range 3 {
-		fleet = append(fleet, startServiceIn(t, dir, useRedis))
-	}
+	fleet := startFleet(t, fleetRules, countIn(redisType, addrs, "fleet"))
 
 	for _, alg := range []string{"token_bucket", "fixed_window", "sliding_window_counter", "sliding_window_log"} {
 		t.Run(alg, func(t *testing.T) {
@@ -83,6 +78,19 @@ func testFleet(t *testing.T, redisType string, addrs []string) {
 			}
 		})
 	}
+}
+
+// startFleet runs three instances that serve rules from one folder, each
+// with tweak.
+func startFleet(t *testing.T, rules string, tweak ...func(*app.Settings)) []*service {
+	t.Helper()
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "fleet.yaml"), rules)
+	fleet := make([]*service, 3)
+	for i := range fleet {
+		fleet[i] = startServiceIn(t, dir, tweak...)
+	}
+	return fleet
 }
 
 // hammer sends req from workers goroutines per instance, each calls times,

@@ -181,24 +181,27 @@ func newAdminCreateCommand(c cli, f *adminFlags) *cobra.Command {
 	return cmd
 }
 
-// checkFlags are the flags of the commands that send the body of
-// /v1/check: a domain and descriptors.
-func checkFlags(fs *pflag.FlagSet) func() (admin.CheckRequest, error) {
+// checkRun registers on fs the flags of a command that sends the body of
+// /v1/check, a domain and descriptors, and returns the command's RunE: it
+// builds the request from them and sends it with send.
+func (c cli) checkRun(fs *pflag.FlagSet, f *adminFlags, send func(context.Context, *admin.Client, admin.CheckRequest) (json.RawMessage, error)) func(*cobra.Command, []string) error {
 	domain := fs.String("domain", "", "domain of the request")
 	descs := fs.StringArray("descriptor", nil, "descriptor entries k=v,k2=v2; repeat for several descriptors")
-	return func() (admin.CheckRequest, error) {
+	return func(cmd *cobra.Command, _ []string) error {
 		if *domain == "" || len(*descs) == 0 {
-			return admin.CheckRequest{}, usageError("--domain and at least one --descriptor are required")
+			return usageError("--domain and at least one --descriptor are required")
 		}
 		req := admin.CheckRequest{Domain: *domain}
 		for _, d := range *descs {
 			entries, err := rlsclient.ParseDescriptor(d)
 			if err != nil {
-				return admin.CheckRequest{}, usageError("--descriptor %q: %v", d, err)
+				return usageError("--descriptor %q: %v", d, err)
 			}
 			req.Descriptors = append(req.Descriptors, admin.CheckDescriptor{Entries: entries})
 		}
-		return req, nil
+		return c.adminCall(cmd, f, func(ctx context.Context, cl *admin.Client) (json.RawMessage, error) {
+			return send(ctx, cl, req)
+		})
 	}
 }
 
@@ -208,16 +211,9 @@ func newAdminRemainingCommand(c cli, f *adminFlags) *cobra.Command {
 		Short: "Show what remains of the limits of descriptors, consuming nothing",
 		Args:  noArgs,
 	}
-	request := checkFlags(flags(cmd))
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		req, err := request()
-		if err != nil {
-			return err
-		}
-		return c.adminCall(cmd, f, func(ctx context.Context, cl *admin.Client) (json.RawMessage, error) {
-			return cl.Remaining(ctx, req)
-		})
-	}
+	cmd.RunE = c.checkRun(flags(cmd), f, func(ctx context.Context, cl *admin.Client, req admin.CheckRequest) (json.RawMessage, error) {
+		return cl.Remaining(ctx, req)
+	})
 	return cmd
 }
 
@@ -228,17 +224,11 @@ func newAdminResetCommand(c cli, f *adminFlags) *cobra.Command {
 		Args:  noArgs,
 	}
 	fs := flags(cmd)
-	request := checkFlags(fs)
-	reason := fs.String("reason", "", "why, for the audit log")
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		req, err := request()
-		if err != nil {
-			return err
-		}
-		return c.adminCall(cmd, f, func(ctx context.Context, cl *admin.Client) (json.RawMessage, error) {
-			return cl.Reset(ctx, req, *reason)
-		})
-	}
+	var reason string
+	cmd.RunE = c.checkRun(fs, f, func(ctx context.Context, cl *admin.Client, req admin.CheckRequest) (json.RawMessage, error) {
+		return cl.Reset(ctx, req, reason)
+	})
+	fs.StringVar(&reason, "reason", "", "why, for the audit log")
 	return cmd
 }
 

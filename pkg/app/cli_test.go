@@ -222,53 +222,33 @@ func TestCheckJudgesAsServe(t *testing.T) {
 	}
 }
 
-// TestExplainShowsCharge checks that explain names a limit's charge when
-// it is always, and that it takes the default charge serve would.
-func TestExplainShowsCharge(t *testing.T) {
+// TestExplainShowsChargeAndPrecision checks that explain names a limit's
+// charge when it is always and its precision when it is cached, and that
+// it takes the default charge and precision serve would.
+func TestExplainShowsChargeAndPrecision(t *testing.T) {
 	args := []string{"explain", "../../config-examples", "--domain", "tiers", "--descriptor", "tier=free,api_key=k"}
 	tests := []struct {
-		name  string
-		extra []string
-		env   map[string]string
-		want  string
+		name    string
+		extra   []string
+		env     map[string]string
+		want    string // how stdout ends
+		wantErr string // what stderr holds when explain fails
 	}{
 		{name: "default", want: "100 per minute, token_bucket\n"},
-		{name: "flag", extra: []string{"--default-charge", "always"}, want: "100 per minute, token_bucket, charge always\n"},
-		{name: "environment", env: map[string]string{"TOLLGATE_DEFAULT_CHARGE": "always"}, want: "100 per minute, token_bucket, charge always\n"},
+		{name: "charge flag", extra: []string{"--default-charge", "always"}, want: "100 per minute, token_bucket, charge always\n"},
+		{name: "charge environment", env: map[string]string{"TOLLGATE_DEFAULT_CHARGE": "always"}, want: "100 per minute, token_bucket, charge always\n"},
 		{name: "xds", env: map[string]string{"TOLLGATE_CONFIG_TYPE": "xds"}, want: "100 per minute, token_bucket, charge always\n"},
 		{name: "ratelimit's environment", env: map[string]string{"RUNTIME_ROOT": "/srv"}, want: "100 per minute, fixed_window, charge always\n"},
+		{name: "precision flag", extra: []string{"--precision", "cached"}, want: "100 per minute, token_bucket, precision cached\n"},
+		{name: "precision environment", env: map[string]string{"TOLLGATE_PRECISION": "CACHED"}, want: "100 per minute, token_bucket, precision cached\n"},
+		{name: "bad precision flag", extra: []string{"--precision", "loose"}, wantErr: `precision: unknown precision "loose" (want strict or cached)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			code, out, errOut := runEnv(context.Background(), tt.env, append(args, tt.extra...)...)
-			if code != 0 || !strings.HasSuffix(out, tt.want) {
-				t.Errorf("exit %d, stdout ending %q:\n%s\nstderr: %s", code, tt.want, out, errOut)
-			}
-		})
-	}
-}
-
-// TestExplainShowsPrecision checks that explain names a limit's precision
-// when it is cached, and that it takes the default precision serve would.
-func TestExplainShowsPrecision(t *testing.T) {
-	args := []string{"explain", "../../config-examples", "--domain", "tiers", "--descriptor", "tier=free,api_key=k"}
-	tests := []struct {
-		name  string
-		extra []string
-		env   map[string]string
-		want  string
-	}{
-		{name: "default", want: "100 per minute, token_bucket\n"},
-		{name: "flag", extra: []string{"--precision", "cached"}, want: "100 per minute, token_bucket, precision cached\n"},
-		{name: "environment", env: map[string]string{"TOLLGATE_PRECISION": "CACHED"}, want: "100 per minute, token_bucket, precision cached\n"},
-		{name: "bad flag", extra: []string{"--precision", "loose"}, want: ""},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			code, out, errOut := runEnv(context.Background(), tt.env, append(args, tt.extra...)...)
-			if tt.want == "" {
-				if want := `precision: unknown precision "loose" (want strict or cached)`; code == 0 || !strings.Contains(errOut, want) {
-					t.Errorf("exit %d, stderr %q; want a failure naming %q", code, errOut, want)
+			if tt.wantErr != "" {
+				if code == 0 || !strings.Contains(errOut, tt.wantErr) {
+					t.Errorf("exit %d, stderr %q; want a failure naming %q", code, errOut, tt.wantErr)
 				}
 				return
 			}
