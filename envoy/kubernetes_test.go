@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/tollgatehq/tollgate/pkg/app"
+	"github.com/tollgatehq/tollgate/pkg/cli"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/httpapi"
 )
@@ -645,7 +646,7 @@ var flagName = regexp.MustCompile(`--([a-z0-9][a-z0-9-]*)`)
 func serveFlags(t *testing.T) map[string]bool {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	if code := app.Main(context.Background(), []string{"serve", "--help"}, &out, &errOut); code != 0 {
+	if code := cli.MainEnv(context.Background(), []string{"serve", "--help"}, &out, &errOut, os.Getenv); code != 0 {
 		t.Fatalf("tollgate serve --help: exit %d: %s", code, errOut.String())
 	}
 	known := map[string]bool{}

@@ -33,6 +33,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/tollgatehq/tollgate/pkg/app"
+	"github.com/tollgatehq/tollgate/pkg/cli"
 )
 
 // The deployment files, relative to this package.
@@ -177,7 +178,7 @@ func TestComposeTollgateService(t *testing.T) {
 	args := append(slices.Clone([]string(tg.Command)), "--config-dir", t.TempDir()+"/missing",
 		"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--debug-addr", "")
 	var stderr bytes.Buffer
-	if code := app.Main(context.Background(), args, &bytes.Buffer{}, &stderr); code != 1 || !strings.Contains(stderr.String(), "missing") {
+	if code := cli.MainEnv(context.Background(), args, &bytes.Buffer{}, &stderr, os.Getenv); code != 1 || !strings.Contains(stderr.String(), "missing") {
 		t.Errorf("tollgate %s: exit %d, stderr %q; want exit 1 on the missing directory only", strings.Join(args, " "), code, stderr.String())
 	}
 
@@ -965,7 +966,7 @@ func TestTollgateHealthChecksRun(t *testing.T) {
 		} {
 			args[i+1] = tt.addr
 			var stdout, stderr bytes.Buffer
-			if code := app.Main(context.Background(), args, &stdout, &stderr); code != tt.code {
+			if code := cli.MainEnv(context.Background(), args, &stdout, &stderr, os.Getenv); code != tt.code {
 				t.Errorf("%s: tollgate %s: exit %d, want %d; stdout %q, stderr %q", source, strings.Join(args, " "), code, tt.code, stdout.String(), stderr.String())
 			}
 		}
@@ -990,8 +991,8 @@ func TestConfigDirFromEnvironment(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "from-env")
 	t.Setenv("TOLLGATE_CONFIG_DIR", missing)
 	var stderr bytes.Buffer
-	code := app.Main(context.Background(), []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--debug-addr", ""},
-		&bytes.Buffer{}, &stderr)
+	code := cli.MainEnv(context.Background(), []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--debug-addr", ""},
+		&bytes.Buffer{}, &stderr, os.Getenv)
 	if code != 1 || !strings.Contains(stderr.String(), missing) {
 		t.Errorf("serve with TOLLGATE_CONFIG_DIR=%s: exit %d, stderr %q; want it to load that directory", missing, code, stderr.String())
 	}

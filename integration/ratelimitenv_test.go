@@ -15,7 +15,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tollgatehq/tollgate/integration/redistest"
-	"github.com/tollgatehq/tollgate/pkg/app"
+	"github.com/tollgatehq/tollgate/pkg/cli"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/logtest"
 	"github.com/tollgatehq/tollgate/pkg/rlsclient"
@@ -52,7 +52,7 @@ func startFromEnv(t *testing.T, env map[string]string) *logtest.Buffer {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	go func() {
-		done <- app.MainEnv(ctx, nil, io.Discard, logs, func(k string) string { return env[k] })
+		done <- cli.MainEnv(ctx, nil, io.Discard, logs, func(k string) string { return env[k] })
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -182,7 +182,7 @@ func TestRatelimitEnvironmentRejected(t *testing.T) {
 			"serve: envoyproxy/ratelimit environment: REDIS_SOCKET_TYPE: unix sockets are not supported: tollgate connects to redis over tcp\n"},
 	} {
 		var stderr bytes.Buffer
-		code := app.MainEnv(context.Background(), nil, io.Discard, &stderr, func(k string) string { return tt.env[k] })
+		code := cli.MainEnv(context.Background(), nil, io.Discard, &stderr, func(k string) string { return tt.env[k] })
 		if code != 1 || !strings.HasSuffix(stderr.String(), tt.want) {
 			t.Errorf("%v: exit %d, stderr %q; want 1 and %q", tt.env, code, stderr.String(), tt.want)
 		}

@@ -5,14 +5,12 @@ package integration
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/tollgatehq/tollgate/internal/apptest"
 	"github.com/tollgatehq/tollgate/pkg/app"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/rlsclient"
@@ -80,45 +79,21 @@ func startServiceIn(t *testing.T, dir string, tweak ...func(*app.Settings)) *ser
 // at debug level.
 func startServiceLogging(t *testing.T, dir string, w io.Writer, tweak ...func(*app.Settings)) *service {
 	t.Helper()
-	s, err := app.DefaultSettings()
+	r := apptest.Start(t, dir, apptest.Options{
+		Logger: slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Settings: func(s *app.Settings) {
+			s.MemoryMaxKeys, s.MaxDescriptors, s.MaxEntries, s.MaxKeyLen, s.MaxValueLen = 10000, 8, 8, 64, 256
+			for _, f := range tweak {
+				f(s)
+			}
+		},
+	})
+	client, err := rlsclient.Dial(r.GRPCAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.ConfigDir, s.GRPCAddr, s.HTTPAddr, s.DebugAddr = dir, "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	s.MemoryMaxKeys, s.MaxDescriptors, s.MaxEntries, s.MaxKeyLen, s.MaxValueLen = 10000, 8, 8, 64, 256
-	for _, f := range tweak {
-		f(&s)
-	}
-	logger := slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	ctx, cancel := context.WithCancel(context.Background())
-	a, err := app.New(ctx, s, logger)
-	if err != nil {
-		cancel()
-		t.Fatalf("starting tollgate: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	grpcAddr, httpAddr, debugAddr := a.Addrs()
-	client, err := rlsclient.Dial(grpcAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc := &service{dir: dir, grpcAddr: grpcAddr, httpAddr: httpAddr, debugAddr: debugAddr, client: client}
-	svc.stop = sync.OnceValue(func() error {
-		cancel()
-		select {
-		case err := <-done:
-			return err
-		case <-time.After(10 * time.Second):
-			return errors.New("Run did not return within 10 s of the stop")
-		}
-	})
-	t.Cleanup(func() {
-		client.Close()
-		if err := svc.stop(); err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	t.Cleanup(func() { client.Close() })
+	svc := &service{dir: dir, grpcAddr: r.GRPCAddr, httpAddr: r.HTTPAddr, debugAddr: r.DebugAddr, client: client, stop: r.Stop}
 	return svc
 }
 

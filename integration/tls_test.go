@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"math/big"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgatehq/tollgate/pkg/app"
+	"github.com/tollgatehq/tollgate/pkg/cli"
 	"github.com/tollgatehq/tollgate/pkg/logtest"
 	"github.com/tollgatehq/tollgate/pkg/rlsclient"
 	"github.com/tollgatehq/tollgate/pkg/tlsfiles/tlsfilestest"
@@ -135,7 +137,7 @@ func TestTLSServer(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			code := app.Main(context.Background(), tc.args, &stdout, &stderr)
+			code := cli.MainEnv(context.Background(), tc.args, &stdout, &stderr, os.Getenv)
 			out := stdout.String()
 			if tc.wantCode != 0 {
 				out = stderr.String()
@@ -182,7 +184,7 @@ func TestTLSClientCertificates(t *testing.T) {
 		var stdout, stderr bytes.Buffer
 		args := []string{"health", "--addr", svc.grpcAddr, "--tls-ca", envoy.CAFile, "--tls-server-name", tlsServerName,
 			"--tls-cert", envoy.CertFile, "--tls-key", envoy.KeyFile}
-		if code := app.Main(context.Background(), args, &stdout, &stderr); code != 0 {
+		if code := cli.MainEnv(context.Background(), args, &stdout, &stderr, os.Getenv); code != 0 {
 			t.Fatalf("exit %d: %s", code, stderr.String())
 		}
 	})

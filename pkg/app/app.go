@@ -11,11 +11,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"os"
-	"os/signal"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -100,6 +97,10 @@ type App struct {
 	// Enabled.
 	tokens *admin.Tokens
 
+	// reload forces a reload of the rules on every receive (the CLI
+	// sends one per SIGHUP); nil forces none.
+	reload <-chan struct{}
+
 	grpcLis, httpLis, debugLis net.Listener
 	// closers release the store's resources after the servers stop, last
 	// acquired first.
@@ -107,9 +108,11 @@ type App struct {
 }
 
 // New loads the configuration, builds every component and binds the
-// listeners. It fails if the descriptor configuration is invalid.
-func New(ctx context.Context, s Settings, logger *slog.Logger) (*App, error) {
-	a := &App{settings: s, logger: logger, buildInfo: version.Read()}
+// listeners. It fails if the descriptor configuration is invalid. Every
+// receive from reload, which may be nil, forces a reload of the rules.
+func New(ctx context.Context, s Settings, logger *slog.Logger, reload <-chan struct{}) (*App, error) {
+	s.ratelimitEnv.log(logger)
+	a := &App{settings: s, logger: logger, buildInfo: version.Read(), reload: reload}
 	if err := a.build(ctx); err != nil {
 		a.close()
 		return nil, err
@@ -498,7 +501,9 @@ func (a *App) Run(ctx context.Context) error {
 			cancel()
 		}
 	})
-	wg.Go(func() { a.forwardSIGHUP(ctx) })
+	if a.reload != nil {
+		wg.Go(func() { a.forceReloads(ctx) })
+	}
 	if a.breaker != nil {
 		wg.Go(func() { a.probeStore(ctx) })
 	}
@@ -546,17 +551,14 @@ func (a *App) probeStore(ctx context.Context) {
 	}
 }
 
-// forwardSIGHUP turns SIGHUP into a forced reload until ctx ends.
-func (a *App) forwardSIGHUP(ctx context.Context) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+// forceReloads turns every receive from the reload channel into a forced
+// reload until ctx ends.
+func (a *App) forceReloads(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-hup:
-			a.logger.Info("SIGHUP: reloading descriptor configuration")
+		case <-a.reload:
 			a.reloader.Trigger()
 		}
 	}

@@ -1,4 +1,4 @@
-package app
+package app_test
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/tollgatehq/tollgate/internal/apptest"
+	"github.com/tollgatehq/tollgate/pkg/app"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -29,17 +31,17 @@ descriptors:
 	}
 	tests := []struct {
 		name  string
-		tweak func(*Settings)
+		tweak func(*app.Settings)
 		want  []string // the keys of dynamic_metadata
 	}{
 		{"default", nil, []string{"tollgate"}},
-		{"both", func(s *Settings) { s.ResponseDynamicMetadata = true }, []string{"descriptors", "domain", "metadata", "tollgate"}},
-		{"ratelimit's only", func(s *Settings) { s.ResponseDynamicMetadata, s.DecisionMetadata = true, false }, []string{"descriptors", "domain", "metadata"}},
-		{"none", func(s *Settings) { s.DecisionMetadata = false }, nil},
+		{"both", func(s *app.Settings) { s.ResponseDynamicMetadata = true }, []string{"descriptors", "domain", "metadata", "tollgate"}},
+		{"ratelimit's only", func(s *app.Settings) { s.ResponseDynamicMetadata, s.DecisionMetadata = true, false }, []string{"descriptors", "domain", "metadata"}},
+		{"none", func(s *app.Settings) { s.DecisionMetadata = false }, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			addr := serveTest(t, dir, tt.tweak).grpcAddr
+			addr := apptest.Start(t, dir, apptest.Options{Settings: tt.tweak}).GRPCAddr
 			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 			if err != nil {
 				t.Fatal(err)

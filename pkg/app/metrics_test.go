@@ -1,9 +1,7 @@
-package app
+package app_test
 
 import (
 	"context"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,28 +12,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
 	"github.com/tollgatehq/tollgate/integration/redistest"
+	"github.com/tollgatehq/tollgate/internal/apptest"
+	"github.com/tollgatehq/tollgate/pkg/app"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/rlsclient"
 	"github.com/tollgatehq/tollgate/pkg/version"
 )
-
-// runningApp is a tollgate serving on loopback ports until the test ends.
-func httpGet(t *testing.T, url string) string {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %s\n%s", url, resp.Status, body)
-	}
-	return string(body)
-}
 
 // lintConfig allows 3 hits a minute per key k, charges 1 a minute per
 // key report always, denies key blocked, and allows key big many hits a
@@ -65,7 +47,7 @@ func TestMetricsLint(t *testing.T) {
 	var redisServer *redistest.Server
 	tests := []struct {
 		name  string
-		tweak func(*testing.T, *Settings)
+		tweak func(*testing.T, *app.Settings)
 		// fail, if not nil, breaks the store before one more decision, so
 		// that the error series appear too.
 		fail func()
@@ -84,7 +66,7 @@ func TestMetricsLint(t *testing.T) {
 		}},
 		{
 			name: "redis",
-			tweak: func(t *testing.T, s *Settings) {
+			tweak: func(t *testing.T, s *app.Settings) {
 				redisServer = redistest.StartStandalone(t)
 				s.Store, s.RedisAddrs, s.BreakerFailures = "redis", []string{redisServer.Addr}, 1
 			},
@@ -105,7 +87,7 @@ func TestMetricsLint(t *testing.T) {
 		{
 			// The fourth k=a is rejected by Redis, the fifth from the cache.
 			name: "redis with the over-limit cache",
-			tweak: func(t *testing.T, s *Settings) {
+			tweak: func(t *testing.T, s *app.Settings) {
 				srv := redistest.StartStandalone(t)
 				s.Store, s.RedisAddrs, s.OverLimitCacheBytes = "redis", []string{srv.Addr}, 1<<20
 			},
@@ -118,7 +100,7 @@ func TestMetricsLint(t *testing.T) {
 			// over-limit state. big's first hit reserves a lease; how many of the
 			// others spend one depends on the demand each lease follows.
 			name: "redis with precision cached",
-			tweak: func(t *testing.T, s *Settings) {
+			tweak: func(t *testing.T, s *app.Settings) {
 				srv := redistest.StartStandalone(t)
 				s.Store, s.RedisAddrs, s.Precision = "redis", []string{srv.Addr}, "cached"
 			},
@@ -141,12 +123,12 @@ func TestMetricsLint(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			svc := serveTest(t, dir, func(s *Settings) {
+			svc := apptest.Start(t, dir, apptest.Options{Settings: func(s *app.Settings) {
 				if tt.tweak != nil {
 					tt.tweak(t, s)
 				}
-			})
-			client, err := rlsclient.Dial(svc.grpcAddr)
+			}})
+			client, err := rlsclient.Dial(svc.GRPCAddr)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -178,7 +160,7 @@ func TestMetricsLint(t *testing.T) {
 				decide("k=b")
 			}
 
-			body := httpGet(t, "http://"+svc.httpAddr+"/metrics")
+			body := apptest.Get(t, "http://"+svc.HTTPAddr+"/metrics")
 			for _, want := range append([]string{
 				`tollgate_decisions_total{domain="lint",limit="per_key",result="ok",rule="k"} 3`,
 				`tollgate_decisions_total{domain="lint",limit="per_key",result="over_limit",rule="k"} 2`,
@@ -212,21 +194,18 @@ func TestMetricsLint(t *testing.T) {
 }
 
 // TestBuildInfoServed checks that /metrics and /debug/config name the
-// build that `tollgate version` prints.
+// build that `tollgate version` prints (pkg/cli's TestVersion holds the
+// command to the same version.Read).
 func TestBuildInfoServed(t *testing.T) {
-	svc := serveTest(t, "../../config-examples", nil)
+	svc := apptest.Start(t, "../../config-examples", apptest.Options{})
 	b := version.Read()
 	metric := `tollgate_build_info{goversion="` + b.GoVersion + `",revision="` + b.Revision + `",version="` + b.Version + `"} 1`
-	if body := httpGet(t, "http://"+svc.httpAddr+"/metrics"); !strings.Contains(body, "\n"+metric+"\n") {
+	if body := apptest.Get(t, "http://"+svc.HTTPAddr+"/metrics"); !strings.Contains(body, "\n"+metric+"\n") {
 		t.Errorf("/metrics lacks %s", metric)
 	}
 	line := "# tollgate " + b.Version + ", revision " + b.Revision + ", " + b.GoVersion + "\n"
-	body := httpGet(t, "http://"+svc.debugAddr+"/debug/config")
+	body := apptest.Get(t, "http://"+svc.DebugAddr+"/debug/config")
 	if lines := strings.SplitAfterN(body, "\n", 3); len(lines) < 3 || !strings.HasPrefix(lines[0], "# hash ") || lines[1] != line {
 		t.Errorf("/debug/config does not begin with its hash line, then %q:\n%s", line, body)
-	}
-	_, out, _ := runMain("version")
-	if want := "tollgate " + b.Version + "\nrevision: " + b.Revision + "\ngo: " + b.GoVersion + "\n"; out != want {
-		t.Errorf("tollgate version printed %q, want %q", out, want)
 	}
 }

@@ -1,4 +1,4 @@
-package app
+package app_test
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/tollgatehq/tollgate/integration/redistest"
+	"github.com/tollgatehq/tollgate/internal/apptest"
+	"github.com/tollgatehq/tollgate/pkg/app"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/limiter"
 	"github.com/tollgatehq/tollgate/pkg/logtest"
@@ -28,12 +30,12 @@ const overrideRules = "domain: o\ndescriptors:\n  - key: tenant\n    rate_limit:
 func overrideDir(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	writeTestFile(t, filepath.Join(dir, "o.yaml"), overrideRules)
+	apptest.WriteFile(t, filepath.Join(dir, "o.yaml"), overrideRules)
 	return dir
 }
 
 // dialApp returns a client of a's gRPC server, closed when the test ends.
-func dialApp(t *testing.T, a *App) *rlsclient.Client {
+func dialApp(t *testing.T, a *apptest.Running) *rlsclient.Client {
 	t.Helper()
 	grpcAddr, _, _ := a.Addrs()
 	client, err := rlsclient.Dial(grpcAddr)
@@ -64,15 +66,11 @@ func tenantStatus(t *testing.T, client *rlsclient.Client, tenant string) *rlsv3.
 	return send(t, client, "o", descriptor.Entry{Key: "tenant", Value: tenant}).Statuses[0]
 }
 
-// fleetListening reports whether a hears the fleet's events: always with
-// the memory store, which has no fleet.
-func (a *App) fleetListening() bool { return a.fleet == nil || a.fleet.Subscribed() }
-
 // create makes an override of tenant on a, multiplying by 5, expiring
 // after ttl.
-func create(t *testing.T, a *App, tenant string, ttl time.Duration) override.Override {
+func create(t *testing.T, a *apptest.Running, tenant string, ttl time.Duration) override.Override {
 	t.Helper()
-	o, err := a.overrides.Create(context.Background(), override.Override{
+	o, err := a.Overrides().Create(context.Background(), override.Override{
 		Domain: "o", Entries: []override.Entry{{Key: "tenant", Value: tenant}}, Multiplier: 5,
 		ExpiresAt: time.Now().Add(ttl), Reason: "test", CreatedBy: "tester",
 	})
@@ -92,19 +90,19 @@ func limitName(st *rlsv3.RateLimitResponse_DescriptorStatus) string {
 // /debug/config.
 func TestOverridesPersistAcrossRestart(t *testing.T) {
 	dir, state := overrideDir(t), t.TempDir()
-	useState := func(s *Settings) { s.StateDir = state }
-	first := startApp(t, dir, slog.New(slog.DiscardHandler), useState)
+	useState := func(s *app.Settings) { s.StateDir = state }
+	first := apptest.Start(t, dir, apptest.Options{Settings: useState})
 	o := create(t, first, "acme", time.Hour)
 	if got := limitName(tenantStatus(t, dialApp(t, first), "acme")); got != "override:"+o.ID {
 		t.Fatalf("the first App reports limit %q, want override:%s", got, o.ID)
 	}
-	second := startApp(t, dir, slog.New(slog.DiscardHandler), useState)
+	second := apptest.Start(t, dir, apptest.Options{Settings: useState})
 	st := tenantStatus(t, dialApp(t, second), "acme")
 	if limitName(st) != "override:"+o.ID || st.GetCurrentLimit().GetRequestsPerUnit() != 10 {
 		t.Fatalf("after a restart: %v, want 10 per hour named override:%s", st, o.ID)
 	}
-	_, _, debugAddr := second.Addrs()
-	body := httpGet(t, "http://"+debugAddr+"/debug/config")
+	debugAddr := second.DebugAddr
+	body := apptest.Get(t, "http://"+debugAddr+"/debug/config")
 	if want := "override " + o.ID + ": domain o, entries [tenant=acme], multiplier 5"; !strings.Contains(body, want) {
 		t.Errorf("/debug/config lacks %q:\n%s", want, body)
 	}
@@ -114,9 +112,9 @@ func TestOverridesPersistAcrossRestart(t *testing.T) {
 // starts, without overrides, says so in the log and keeps the file aside.
 func TestCorruptStateFile(t *testing.T) {
 	dir, state := overrideDir(t), t.TempDir()
-	writeTestFile(t, filepath.Join(state, statefile.FileName), "{not json")
+	apptest.WriteFile(t, filepath.Join(state, statefile.FileName), "{not json")
 	logs := &logtest.Buffer{}
-	a := startApp(t, dir, slog.New(slog.NewTextHandler(logs, nil)), func(s *Settings) { s.StateDir = state })
+	a := apptest.Start(t, dir, apptest.Options{Logger: slog.New(slog.NewTextHandler(logs, nil)), Settings: func(s *app.Settings) { s.StateDir = state }})
 	if st := tenantStatus(t, dialApp(t, a), "acme"); limitName(st) != "per_tenant" {
 		t.Fatalf("limit %q, want the rule's", limitName(st))
 	}
@@ -145,26 +143,26 @@ func TestOverridesFleetCluster(t *testing.T) {
 // cache through within a second.
 func testOverridesFleet(t *testing.T, redisType string, addrs []string) {
 	dir := overrideDir(t)
-	useRedis := func(s *Settings) {
+	useRedis := func(s *app.Settings) {
 		s.Store, s.RedisType, s.RedisAddrs, s.RedisKeyPrefix = "redis", redisType, addrs, "of"
 		s.RedisTimeout, s.StoreTimeout = time.Second, 5*time.Second
 		s.OverLimitCacheBytes = 1 << 20
 		// Longer than any test: only pub/sub can bring a change in time.
 		s.OverrideRefresh = time.Hour
 	}
-	a := startApp(t, dir, slog.New(slog.DiscardHandler), useRedis)
-	b := startApp(t, dir, slog.New(slog.DiscardHandler), useRedis)
+	a := apptest.Start(t, dir, apptest.Options{Settings: useRedis})
+	b := apptest.Start(t, dir, apptest.Options{Settings: useRedis})
 	ca, cb := dialApp(t, a), dialApp(t, b)
 	// Both listen once they have read the overrides after subscribing.
-	for _, x := range []*App{a, b} {
-		polltest.Eventually(t, 5*time.Second, func() bool { return x.fleetListening() }, "the fleet channel is not subscribed")
+	for _, x := range []*apptest.Running{a, b} {
+		polltest.Eventually(t, 5*time.Second, func() bool { return x.FleetListening() }, "the fleet channel is not subscribed")
 	}
 
 	t.Run("override", func(t *testing.T) {
 		o := create(t, a, "acme", time.Hour)
 		polltest.Eventually(t, time.Second, func() bool { return limitName(tenantStatus(t, cb, "acme")) == "override:"+o.ID },
 			"the other instance does not apply override %s", o.ID)
-		if _, err := b.overrides.Delete(context.Background(), o.ID); err != nil {
+		if _, err := b.Overrides().Delete(context.Background(), o.ID); err != nil {
 			t.Fatal(err)
 		}
 		polltest.Eventually(t, time.Second, func() bool { return limitName(tenantStatus(t, ca, "acme")) == "per_tenant" },
@@ -195,16 +193,16 @@ func testOverridesFleet(t *testing.T, redisType string, addrs []string) {
 			}
 		}
 		// The earlier subtests may have left counters there too.
-		held := b.overlimit.Len()
+		held := b.OverLimitLen()
 		if held == 0 {
 			t.Fatal("the over-limit cache holds nothing")
 		}
-		got, err := a.limiter.Reset(context.Background(), &limiter.Request{Domain: "o",
+		got, err := a.Limiter().Reset(context.Background(), &limiter.Request{Domain: "o",
 			Descriptors: []limiter.Descriptor{{Entries: []descriptor.Entry{{Key: "tenant", Value: "rejected"}}}}})
 		if err != nil || len(got) != 1 {
 			t.Fatalf("Reset = %+v, %v", got, err)
 		}
-		polltest.Eventually(t, time.Second, func() bool { return b.overlimit.Len() == held-1 },
+		polltest.Eventually(t, time.Second, func() bool { return b.OverLimitLen() == held-1 },
 			"the other instance's over-limit cache keeps the reset counter")
 		if st := tenantStatus(t, cb, "rejected"); st.Code != rlsv3.RateLimitResponse_OK || st.LimitRemaining != 1 {
 			t.Fatalf("after the reset: %v, want OK with 1 left", st)
@@ -218,20 +216,20 @@ func testOverridesFleet(t *testing.T, redisType string, addrs []string) {
 func TestOverrideReturnsLeases(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	dir := t.TempDir()
-	writeTestFile(t, filepath.Join(dir, "p.yaml"), cachedRule)
-	a := startApp(t, dir, slog.New(slog.DiscardHandler), func(s *Settings) { s.Store, s.RedisAddrs = "redis", []string{srv.Addr} })
+	apptest.WriteFile(t, filepath.Join(dir, "p.yaml"), cachedRule)
+	a := apptest.Start(t, dir, apptest.Options{Settings: func(s *app.Settings) { s.Store, s.RedisAddrs = "redis", []string{srv.Addr} }})
 	client := dialApp(t, a)
 	for _, v := range []string{"covered", "other"} {
 		send(t, client, "p", descriptor.Entry{Key: "k", Value: v})
 	}
-	if n := a.cached.Len(); n != 2 {
+	if n := a.CachedLen(); n != 2 {
 		t.Fatalf("the cached store holds %d counters, want 2", n)
 	}
-	if _, err := a.overrides.Create(context.Background(), override.Override{Domain: "p", Entries: []override.Entry{{Key: "k", Value: "covered"}},
+	if _, err := a.Overrides().Create(context.Background(), override.Override{Domain: "p", Entries: []override.Entry{{Key: "k", Value: "covered"}},
 		Multiplier: 2, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	if n := a.cached.Len(); n != 1 {
+	if n := a.CachedLen(); n != 1 {
 		t.Fatalf("after the override the cached store holds %d counters, want 1", n)
 	}
 }
@@ -263,12 +261,12 @@ func TestResetThroughTheChain(t *testing.T) {
 		t.Run(d.name, func(t *testing.T) {
 			redisType, addrs := d.redis(t)
 			dir := t.TempDir()
-			writeTestFile(t, filepath.Join(dir, "r.yaml"), resetRules)
-			a := startApp(t, dir, slog.New(slog.DiscardHandler), func(s *Settings) {
+			apptest.WriteFile(t, filepath.Join(dir, "r.yaml"), resetRules)
+			a := apptest.Start(t, dir, apptest.Options{Settings: func(s *app.Settings) {
 				s.Store, s.RedisType, s.RedisAddrs = "redis", redisType, addrs
 				s.RedisTimeout, s.StoreTimeout = time.Second, 5*time.Second
 				s.OverLimitCacheBytes = 1 << 20
-			})
+			}})
 			client := dialApp(t, a)
 			for _, key := range []string{"alg", "cached"} {
 				for _, alg := range []string{"token_bucket", "fixed_window", "sliding_window_counter", "sliding_window_log"} {
@@ -290,7 +288,7 @@ func TestResetThroughTheChain(t *testing.T) {
 							t.Fatalf("%s=%s over the limit: %v", key, alg, code)
 						}
 					}
-					got, err := a.limiter.Reset(context.Background(), &limiter.Request{Domain: "r", Descriptors: []limiter.Descriptor{{Entries: entries}}})
+					got, err := a.Limiter().Reset(context.Background(), &limiter.Request{Domain: "r", Descriptors: []limiter.Descriptor{{Entries: entries}}})
 					if err != nil || len(got) != 1 {
 						t.Fatalf("%s=%s: Reset = %+v, %v", key, alg, got, err)
 					}

@@ -1,4 +1,4 @@
-package app
+package app_test
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/integration/redistest"
+	"github.com/tollgatehq/tollgate/internal/apptest"
+	"github.com/tollgatehq/tollgate/pkg/app"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/logtest"
 	"github.com/tollgatehq/tollgate/pkg/rlsclient"
@@ -18,10 +20,10 @@ import (
 // startLogged starts a tollgate on the configuration in dir with settings
 // changed by tweak, logging into the returned buffer, and returns it with
 // the App; the App stops when the test ends.
-func startLogged(t *testing.T, dir string, tweak func(*Settings)) (*App, *logtest.Buffer) {
+func startLogged(t *testing.T, dir string, tweak func(*app.Settings)) (*apptest.Running, *logtest.Buffer) {
 	t.Helper()
 	logs := &logtest.Buffer{}
-	return startApp(t, dir, slog.New(slog.NewTextHandler(logs, nil)), tweak), logs
+	return apptest.Start(t, dir, apptest.Options{Logger: slog.New(slog.NewTextHandler(logs, nil)), Settings: tweak}), logs
 }
 
 const (
@@ -32,14 +34,14 @@ const (
 )
 
 // reloadWith writes yaml as dir's configuration and reloads a.
-func reloadWith(t *testing.T, a *App, dir, yaml string) {
+func reloadWith(t *testing.T, a *apptest.Running, dir, yaml string) {
 	t.Helper()
 	if err := os.WriteFile(filepath.Join(dir, "p.yaml"), []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := a.reloader.Reload(ctx); err != nil {
+	if err := a.Reloader().Reload(ctx); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -67,16 +69,16 @@ func TestPrecisionOnMemory(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(dir, "p.yaml"), []byte(tt.first), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			a, logs := startLogged(t, dir, func(s *Settings) { s.Precision = tt.flag })
+			a, logs := startLogged(t, dir, func(s *app.Settings) { s.Precision = tt.flag })
 			for _, y := range tt.reloads {
 				reloadWith(t, a, dir, y)
 			}
 			if got := strings.Count(logs.String(), memoryNote); got != tt.wantNotes {
 				t.Errorf("the log says %q %d times, want %d:\n%s", memoryNote, got, tt.wantNotes, logs)
 			}
-			_, _, debugAddr := a.Addrs()
-			body := httpGet(t, "http://"+debugAddr+"/debug/config")
-			if cached := strings.Contains(body, "precision cached"); cached != (a.reloader.Current().Cached()) {
+			debugAddr := a.DebugAddr
+			body := apptest.Get(t, "http://"+debugAddr+"/debug/config")
+			if cached := strings.Contains(body, "precision cached"); cached != (a.Reloader().Current().Cached()) {
 				t.Errorf("/debug/config names precision cached: %v, want %v:\n%s", cached, !cached, body)
 			}
 		})
@@ -92,7 +94,7 @@ func TestReloadReturnsLeases(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "p.yaml"), []byte(cachedRule), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	a, logs := startLogged(t, dir, func(s *Settings) { s.Store, s.RedisAddrs = "redis", []string{srv.Addr} })
+	a, logs := startLogged(t, dir, func(s *app.Settings) { s.Store, s.RedisAddrs = "redis", []string{srv.Addr} })
 	grpcAddr, _, _ := a.Addrs()
 	client, err := rlsclient.Dial(grpcAddr)
 	if err != nil {
@@ -109,17 +111,17 @@ func TestReloadReturnsLeases(t *testing.T) {
 		}
 	}
 	hit()
-	if n := a.cached.Len(); n != 1 {
+	if n := a.CachedLen(); n != 1 {
 		t.Fatalf("the cached store holds %d counters after a cached hit, want 1", n)
 	}
 	hit()
 	reloadWith(t, a, dir, cachedRule) // unchanged
-	if n := a.cached.Len(); n != 1 || strings.Contains(logs.String(), resetNote) {
+	if n := a.CachedLen(); n != 1 || strings.Contains(logs.String(), resetNote) {
 		t.Fatalf("after an unchanged reload the cached store holds %d counters, want 1; log:\n%s", n, logs)
 	}
 	hit()
 	reloadWith(t, a, dir, strings.Replace(cachedRule, "100000", "50000", 1))
-	if n := a.cached.Len(); n != 0 {
+	if n := a.CachedLen(); n != 0 {
 		t.Errorf("after a changed reload the cached store holds %d counters, want 0", n)
 	}
 	if want := resetNote + `" counters=1`; !strings.Contains(logs.String(), want) {

@@ -377,11 +377,11 @@ func TestRatelimitEnv(t *testing.T) {
 	})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fs := settingsFlags(pflag.NewFlagSet("serve", pflag.ContinueOnError))
+			fs := Flags(pflag.NewFlagSet("serve", pflag.ContinueOnError))
 			if err := fs.Parse(tt.args); err != nil {
 				t.Fatal(err)
 			}
-			got, err := loadSettings(fs, func(k string) string { return tt.env[k] })
+			got, err := LoadSettings(fs, func(k string) string { return tt.env[k] })
 			if tt.err != "" {
 				if err == nil || err.Error() != tt.err || !errors.Is(err, ErrRatelimitEnv) {
 					t.Fatalf("error %v, want %q", err, tt.err)

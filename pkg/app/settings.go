@@ -3,6 +3,7 @@ package app
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/url"
 	"os"
@@ -23,7 +24,7 @@ import (
 // Settings configure `tollgate serve`, and `check` and `explain` with it,
 // so those judge a configuration as serve would. They come from flags,
 // TOLLGATE_* environment variables and an optional settings file, in that
-// precedence, always through loadSettings.
+// precedence, always through LoadSettings.
 type Settings struct {
 	ConfigDir        string `mapstructure:"config-dir"`
 	GRPCAddr         string `mapstructure:"grpc-addr"`
@@ -122,10 +123,10 @@ type Settings struct {
 // the breaker counts in uint32.
 const maxBreakerCount = 1_000_000
 
-// settingsFlags declares every setting as a flag with its default. It
-// declares them in a flag set of their own, adds that to fs, which may hold
-// a command's other flags, and returns it for loadSettings.
-func settingsFlags(fs *pflag.FlagSet) *pflag.FlagSet {
+// Flags declares every setting as a flag with its default. It declares
+// them in a flag set of their own, adds that to fs, which may hold a
+// command's other flags, and returns it for LoadSettings.
+func Flags(fs *pflag.FlagSet) *pflag.FlagSet {
 	outer := fs
 	fs = pflag.NewFlagSet(outer.Name(), pflag.ContinueOnError)
 	fs.SortFlags = false // so AddFlagSet adds them in the order declared here
@@ -199,15 +200,15 @@ func settingsFlags(fs *pflag.FlagSet) *pflag.FlagSet {
 // DefaultSettings returns the settings of `tollgate serve` without flags,
 // environment or settings file.
 func DefaultSettings() (Settings, error) {
-	fs := settingsFlags(pflag.NewFlagSet("defaults", pflag.ContinueOnError))
-	return loadSettings(fs, func(string) string { return "" })
+	fs := Flags(pflag.NewFlagSet("defaults", pflag.ContinueOnError))
+	return LoadSettings(fs, func(string) string { return "" })
 }
 
-// loadSettings resolves and validates settings from the parsed flags that
-// settingsFlags returned, the environment read through getenv and the
+// LoadSettings resolves and validates settings from the parsed flags that
+// Flags returned, the environment read through getenv and the
 // settings file named by --settings. It is the one way every command gets
 // its settings.
-func loadSettings(fs *pflag.FlagSet, getenv func(string) string) (Settings, error) {
+func LoadSettings(fs *pflag.FlagSet, getenv func(string) string) (Settings, error) {
 	v := viper.New()
 	if err := v.BindPFlags(fs); err != nil {
 		return Settings{}, err
@@ -259,11 +260,11 @@ func loadSettings(fs *pflag.FlagSet, getenv func(string) string) (Settings, erro
 	if tok := strings.TrimSpace(getenv("TOLLGATE_ADMIN_TOKEN")); tok != "" {
 		s.AdminToken = Secret(tok)
 	}
-	return s, s.validate()
+	return s, s.Validate()
 }
 
-// validate reports every invalid setting.
-func (s Settings) validate() error {
+// Validate reports every invalid setting.
+func (s Settings) Validate() error {
 	var errs []error
 	if s.ConfigDir == "" && s.ConfigType != "xds" {
 		errs = append(errs, errors.New("config-dir: must not be empty"))
@@ -403,6 +404,16 @@ func (s Settings) descriptorOptions() (descriptor.Options, error) {
 	}, nil
 }
 
+// LoadRules loads the descriptor configuration the settings name, as serve
+// would load it, for check and explain.
+func LoadRules(s Settings) (*descriptor.Tree, error) {
+	r, err := newReloader(s, nil, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	return r.Current(), nil
+}
+
 // newReloader loads the descriptor configuration in s.ConfigDir and returns
 // the reloader that keeps it. serve, check and explain all load through it,
 // so they accept and reject a configuration alike, with the same error.
@@ -454,6 +465,19 @@ func (s Secret) GoString() string { return s.String() }
 
 // LogValue keeps slog from printing the secret.
 func (s Secret) LogValue() slog.Value { return slog.StringValue(s.String()) }
+
+// NewLogger returns the logger the settings ask for, writing to w.
+func NewLogger(s Settings, w io.Writer) (*slog.Logger, error) {
+	level, err := parseLevel(s.LogLevel)
+	if err != nil {
+		return nil, err
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if s.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return slog.New(slog.NewTextHandler(w, opts)), nil
+}
 
 func parseLevel(s string) (slog.Level, error) {
 	var l slog.Level

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
 )
 
@@ -114,11 +115,11 @@ func TestSettingsPrecedence(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			fs := newFlagSet("serve")
-			settingsFlags(fs)
+			Flags(fs)
 			if err := fs.Parse(tt.args); err != nil {
 				t.Fatal(err)
 			}
-			s, err := loadSettings(fs, func(k string) string { return tt.env[k] })
+			s, err := LoadSettings(fs, func(k string) string { return tt.env[k] })
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -146,11 +147,11 @@ func TestRedisPassword(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			fs := newFlagSet("serve")
-			settingsFlags(fs)
+			Flags(fs)
 			if err := fs.Parse(append(tt.args, "--store", "redis")); err != nil {
 				t.Fatal(err)
 			}
-			s, err := loadSettings(fs, func(k string) string { return tt.env[k] })
+			s, err := LoadSettings(fs, func(k string) string { return tt.env[k] })
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -218,11 +219,11 @@ func TestSettingsErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			fs := newFlagSet("serve")
-			settingsFlags(fs)
+			Flags(fs)
 			if err := fs.Parse(tt.args); err != nil {
 				t.Fatal(err)
 			}
-			_, err := loadSettings(fs, func(string) string { return "" })
+			_, err := LoadSettings(fs, func(string) string { return "" })
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("error = %v, want it to contain %q", err, tt.want)
 			}
@@ -306,11 +307,11 @@ func TestDefaultCharge(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			fs := newFlagSet("serve")
-			settingsFlags(fs)
+			Flags(fs)
 			if err := fs.Parse(tt.args); err != nil {
 				t.Fatal(err)
 			}
-			s, err := loadSettings(fs, func(k string) string { return tt.env[k] })
+			s, err := LoadSettings(fs, func(k string) string { return tt.env[k] })
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -342,5 +343,61 @@ func TestDefaultCharge(t *testing.T) {
 				t.Errorf("lines about defaults:\n got %q\nwant %q", lines, want)
 			}
 		})
+	}
+}
+
+// newFlagSet returns an empty flag set as a command would hold its flags.
+func newFlagSet(name string) *pflag.FlagSet {
+	fs := pflag.NewFlagSet("tollgate "+name, pflag.ContinueOnError)
+	fs.SortFlags = false
+	return fs
+}
+
+func TestXDSSettingsErrors(t *testing.T) {
+	tests := []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{args: []string{"--config-type", "grpc"}, want: `config-type: unknown type "grpc" (want file or xds)`},
+		{args: []string{"--config-type", "xds", "--xds-node-metadata", `{"a":1}`}, want: "xds-node-metadata: want a JSON object of strings: json: cannot unmarshal number into Go value of type string"},
+		{args: []string{"--config-type", "xds", "--xds-headers", "x-a=1,broken"}, want: `xds-headers: "broken" is not name=value`},
+		{args: []string{"--config-type", "xds", "--xds-retry-interval", "0s"}, want: "xds-retry-interval: must be positive, got 0s"},
+		{args: []string{"--config-type", "xds", "--xds-tls", "--xds-tls-cert", "c.pem"}, want: "xds-tls-cert, xds-tls-key: give both or neither"},
+		{env: map[string]string{"TOLLGATE_CONFIG_TYPE": "files"}, want: `config-type: unknown type "files" (want file or xds)`},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			fs := newFlagSet("serve")
+			Flags(fs)
+			if err := fs.Parse(tt.args); err != nil {
+				t.Fatal(err)
+			}
+			_, err := LoadSettings(fs, func(k string) string { return tt.env[k] })
+			if err == nil || err.Error() != tt.want {
+				t.Fatalf("error = %v, want %s", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestXDSSettingsFromEnvironment(t *testing.T) {
+	fs := newFlagSet("serve")
+	Flags(fs)
+	env := map[string]string{
+		"TOLLGATE_CONFIG_TYPE":                        "xds",
+		"TOLLGATE_XDS_SERVER":                         "envoy-gateway:18001",
+		"TOLLGATE_XDS_NODE_METADATA":                  `{"cluster":"eg"}`,
+		"TOLLGATE_XDS_HEADERS":                        "x-a=1, X-B=2",
+		"TOLLGATE_FORCE_START_WITHOUT_INITIAL_CONFIG": "true",
+	}
+	s, err := LoadSettings(fs, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	md, _ := s.nodeMetadata()
+	h, _ := s.headers()
+	if s.ConfigType != "xds" || s.XDSServer != "envoy-gateway:18001" || !s.ForceStart || md["cluster"] != "eg" || h["x-a"] != "1" || h["x-b"] != "2" {
+		t.Fatalf("settings = %+v, metadata %v, headers %v", s.XDSSettings, md, h)
 	}
 }

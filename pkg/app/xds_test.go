@@ -1,9 +1,8 @@
-package app
+package app_test
 
 import (
 	"net"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +17,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/tollgatehq/tollgate/internal/apptest"
+	"github.com/tollgatehq/tollgate/pkg/app"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/rlsclient"
 )
@@ -42,11 +43,11 @@ func startXDSServer(t *testing.T) (addr string, cache cachev3.SnapshotCache) {
 // returns its gRPC and HTTP addresses.
 func startXDSApp(t *testing.T, addr string, forceStart bool) (grpcAddr, httpAddr string) {
 	t.Helper()
-	app := serveTest(t, "", func(s *Settings) {
+	r := apptest.Start(t, "", apptest.Options{Settings: func(s *app.Settings) {
 		s.ConfigType, s.XDSServer, s.XDSNodeID, s.XDSRetryInterval = "xds", addr, "tollgate-app-test", 20*time.Millisecond
 		s.ForceStart = forceStart
-	})
-	return app.grpcAddr, app.httpAddr
+	}})
+	return r.GRPCAddr, r.HTTPAddr
 }
 
 func readyz(t *testing.T, httpAddr string) int {
@@ -144,53 +145,4 @@ func TestXDSRules(t *testing.T) {
 			t.Fatalf("requests with no rules answered %v, want OK, OK", got)
 		}
 	})
-}
-
-func TestXDSSettingsErrors(t *testing.T) {
-	tests := []struct {
-		args []string
-		env  map[string]string
-		want string
-	}{
-		{args: []string{"--config-type", "grpc"}, want: `config-type: unknown type "grpc" (want file or xds)`},
-		{args: []string{"--config-type", "xds", "--xds-node-metadata", `{"a":1}`}, want: "xds-node-metadata: want a JSON object of strings: json: cannot unmarshal number into Go value of type string"},
-		{args: []string{"--config-type", "xds", "--xds-headers", "x-a=1,broken"}, want: `xds-headers: "broken" is not name=value`},
-		{args: []string{"--config-type", "xds", "--xds-retry-interval", "0s"}, want: "xds-retry-interval: must be positive, got 0s"},
-		{args: []string{"--config-type", "xds", "--xds-tls", "--xds-tls-cert", "c.pem"}, want: "xds-tls-cert, xds-tls-key: give both or neither"},
-		{env: map[string]string{"TOLLGATE_CONFIG_TYPE": "files"}, want: `config-type: unknown type "files" (want file or xds)`},
-	}
-	for _, tt := range tests {
-		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			fs := newFlagSet("serve")
-			settingsFlags(fs)
-			if err := fs.Parse(tt.args); err != nil {
-				t.Fatal(err)
-			}
-			_, err := loadSettings(fs, func(k string) string { return tt.env[k] })
-			if err == nil || err.Error() != tt.want {
-				t.Fatalf("error = %v, want %s", err, tt.want)
-			}
-		})
-	}
-}
-
-func TestXDSSettingsFromEnvironment(t *testing.T) {
-	fs := newFlagSet("serve")
-	settingsFlags(fs)
-	env := map[string]string{
-		"TOLLGATE_CONFIG_TYPE":                        "xds",
-		"TOLLGATE_XDS_SERVER":                         "envoy-gateway:18001",
-		"TOLLGATE_XDS_NODE_METADATA":                  `{"cluster":"eg"}`,
-		"TOLLGATE_XDS_HEADERS":                        "x-a=1, X-B=2",
-		"TOLLGATE_FORCE_START_WITHOUT_INITIAL_CONFIG": "true",
-	}
-	s, err := loadSettings(fs, func(k string) string { return env[k] })
-	if err != nil {
-		t.Fatal(err)
-	}
-	md, _ := s.nodeMetadata()
-	h, _ := s.headers()
-	if s.ConfigType != "xds" || s.XDSServer != "envoy-gateway:18001" || !s.ForceStart || md["cluster"] != "eg" || h["x-a"] != "1" || h["x-b"] != "2" {
-		t.Fatalf("settings = %+v, metadata %v, headers %v", s.XDSSettings, md, h)
-	}
 }

@@ -1,13 +1,20 @@
-package app
+package cli
 
 import (
 	"bytes"
 	"context"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/tollgatehq/tollgate/internal/apptest"
+	"github.com/tollgatehq/tollgate/pkg/logtest"
+	"github.com/tollgatehq/tollgate/pkg/polltest"
 )
 
 // runMain runs the command line with an empty environment.
@@ -79,7 +86,7 @@ func TestCheckValuesFiles(t *testing.T) {
 		t.Fatalf("explain: exit %d\nstdout: %s\nstderr: %s\nwant a line %q", code, out, errOut, want)
 	}
 
-	writeTestFile(t, filepath.Join(dir, "lists", "revoked.txt"), "k1\nk2\nk1\n")
+	apptest.WriteFile(t, filepath.Join(dir, "lists", "revoked.txt"), "k1\nk2\nk1\n")
 	code, _, errOut = runMain("check", dir)
 	want = filepath.Join(dir, "lists", "revoked.txt") + `:3: api_key in lists/revoked.txt: duplicate value "k1" (first at line 1)`
 	if code != 1 || !strings.Contains(errOut, want) {
@@ -256,5 +263,35 @@ func TestExplainShowsChargeAndPrecision(t *testing.T) {
 				t.Errorf("exit %d, stdout ending %q:\n%s\nstderr: %s", code, tt.want, out, errOut)
 			}
 		})
+	}
+}
+
+// TestServeReloadsOnSIGHUP sends the process a SIGHUP while serve runs and
+// checks that serve logs it and reloads the rules.
+func TestServeReloadsOnSIGHUP(t *testing.T) {
+	logs := &logtest.Buffer{}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan int, 1)
+	go func() {
+		done <- MainEnv(ctx, []string{"serve", "--config-dir", "../../config-examples", "--log-level", "debug",
+			"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--debug-addr", ""}, io.Discard, logs, func(string) string { return "" })
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("serve exited %d:\n%s", code, logs)
+		}
+	})
+	// serve listens for SIGHUP before it starts serving.
+	polltest.Eventually(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "tollgate serving") },
+		"serve did not start:\n%s", logs)
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	polltest.Eventually(t, 5*time.Second, func() bool {
+		return strings.Contains(logs.String(), `msg="descriptor configuration unchanged" component=reload dir=../../config-examples reason=trigger`)
+	}, "no reload after SIGHUP:\n%s", logs)
+	if !strings.Contains(logs.String(), "SIGHUP: reloading descriptor configuration") {
+		t.Errorf("SIGHUP not logged:\n%s", logs)
 	}
 }

@@ -1,4 +1,4 @@
-package app
+package cli
 
 import (
 	"regexp"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/tollgatehq/tollgate/pkg/app"
 	"github.com/tollgatehq/tollgate/pkg/version"
 )
 
@@ -70,7 +71,7 @@ func TestCommandHelp(t *testing.T) {
 // --flag-name; check and explain, which take the same settings, too.
 func TestServeHelpListsEverySetting(t *testing.T) {
 	var names []string
-	settingsFlags(newFlagSet("serve")).VisitAll(func(f *pflag.Flag) { names = append(names, f.Name) })
+	app.Flags(pflag.NewFlagSet("tollgate serve", pflag.ContinueOnError)).VisitAll(func(f *pflag.Flag) { names = append(names, f.Name) })
 	if len(names) < 40 {
 		t.Fatalf("only %d settings flags: %q", len(names), names)
 	}

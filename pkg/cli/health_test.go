@@ -1,4 +1,4 @@
-package app
+package cli
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgatehq/tollgate/internal/apptest"
+	"github.com/tollgatehq/tollgate/pkg/app"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/rls"
 	"github.com/tollgatehq/tollgate/pkg/rlsclient"
@@ -54,7 +56,7 @@ func silentListener(t *testing.T) string {
 }
 
 func TestHealth(t *testing.T) {
-	serving := serveTest(t, "../../config-examples", nil).grpcAddr
+	serving := apptest.Start(t, "../../config-examples", apptest.Options{}).GRPCAddr
 	closed := closedPort(t)
 	silent := silentListener(t)
 	tests := []struct {
@@ -131,9 +133,9 @@ func TestHealth(t *testing.T) {
 // store is down: the store's health service turns NOT_SERVING once the
 // breaker opens.
 func TestHealthNotServing(t *testing.T) {
-	grpcAddr := serveTest(t, "../../config-examples", func(s *Settings) {
+	grpcAddr := apptest.Start(t, "../../config-examples", apptest.Options{Settings: func(s *app.Settings) {
 		s.Store, s.RedisAddrs, s.BreakerFailures = "redis", []string{closedPort(t)}, 1
-	}).grpcAddr
+	}}).GRPCAddr
 	client, err := rlsclient.Dial(grpcAddr)
 	if err != nil {
 		t.Fatal(err)

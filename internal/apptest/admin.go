@@ -1,0 +1,102 @@
+package apptest
+
+import (
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/tollgatehq/tollgate/pkg/app"
+	"github.com/tollgatehq/tollgate/pkg/logtest"
+)
+
+const (
+	// AdminRules are the rules StartAdmin serves: 2 a minute per api_key,
+	// in a fixed window.
+	AdminRules = `domain: api
+descriptors:
+  - key: api_key
+    rate_limit: {unit: minute, requests_per_unit: 2, algorithm: fixed_window}
+`
+	// OpsToken is the admin token StartAdmin's token file gives "ops";
+	// EnvToken is its TOLLGATE_ADMIN_TOKEN.
+	OpsToken = "ops-token-0b6e9d2c"
+	EnvToken = "env-token-7d41a8f3"
+)
+
+// Admin is a running tollgate with the admin API on.
+type Admin struct {
+	*Running
+	// Dir holds the rules (AdminRules in api.yaml), TokenFile the admin
+	// tokens, AuditFile the audit log.
+	Dir, TokenFile, AuditFile string
+	// Logs holds what the App logged.
+	Logs *logtest.Buffer
+}
+
+// StartAdmin runs a tollgate serving AdminRules with the admin API on, by
+// OpsToken from a token file and EnvToken from the environment, until the
+// test ends.
+func StartAdmin(t testing.TB) *Admin {
+	t.Helper()
+	a := &Admin{Dir: t.TempDir(), Logs: &logtest.Buffer{}}
+	a.TokenFile = filepath.Join(t.TempDir(), "tokens")
+	a.AuditFile = filepath.Join(t.TempDir(), "audit.jsonl")
+	WriteFile(t, filepath.Join(a.Dir, "api.yaml"), AdminRules)
+	WriteFile(t, a.TokenFile, "# admins\nops "+OpsToken+"\n")
+	a.Running = Start(t, a.Dir, Options{
+		Logger: slog.New(slog.NewTextHandler(a.Logs, nil)),
+		Settings: func(s *app.Settings) {
+			s.AdminTokenFile, s.AdminToken, s.AuditLog = a.TokenFile, EnvToken, a.AuditFile
+		},
+	})
+	return a
+}
+
+// WriteFile writes content to path, or fails the test.
+func WriteFile(t testing.TB, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Get returns the body of a GET of url, or fails the test unless it is
+// 200 OK.
+func Get(t testing.TB, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s\n%s", url, resp.Status, body)
+	}
+	return string(body)
+}
+
+// Status calls url with method, presenting token unless it is empty, and
+// returns the answer's status code.
+func Status(t testing.TB, method, url, token string) int {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
