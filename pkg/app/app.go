@@ -111,7 +111,7 @@ type App struct {
 // listeners. It fails if the descriptor configuration is invalid. Every
 // receive from reload, which may be nil, forces a reload of the rules.
 func New(ctx context.Context, s Settings, logger *slog.Logger, reload <-chan struct{}) (*App, error) {
-	s.ratelimitEnv.log(logger)
+	s.ratelimitEnv.Log(logger)
 	a := &App{settings: s, logger: logger, buildInfo: version.Read(), reload: reload}
 	if err := a.build(ctx); err != nil {
 		a.close()

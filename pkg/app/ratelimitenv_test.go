@@ -2,8 +2,6 @@ package app
 
 import (
 	"errors"
-	"flag"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/tollgatehq/tollgate/pkg/app/ratelimitenv"
 	"github.com/tollgatehq/tollgate/pkg/tlsfiles/tlsfilestest"
 )
 
@@ -383,7 +382,7 @@ func TestRatelimitEnv(t *testing.T) {
 			}
 			got, err := LoadSettings(fs, func(k string) string { return tt.env[k] })
 			if tt.err != "" {
-				if err == nil || err.Error() != tt.err || !errors.Is(err, ErrRatelimitEnv) {
+				if err == nil || err.Error() != tt.err || !errors.Is(err, ratelimitenv.ErrVariable) {
 					t.Fatalf("error %v, want %q", err, tt.err)
 				}
 				return
@@ -397,7 +396,7 @@ func TestRatelimitEnv(t *testing.T) {
 			}
 			tt.want(&want)
 			report := got.ratelimitEnv
-			got.ratelimitEnv, want.ratelimitEnv = ratelimitEnvReport{}, ratelimitEnvReport{}
+			got.ratelimitEnv, want.ratelimitEnv = ratelimitenv.Report{}, ratelimitenv.Report{}
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("settings\n got %+v\nwant %+v", got, want)
 			}
@@ -408,81 +407,5 @@ func TestRatelimitEnv(t *testing.T) {
 				t.Errorf("warnings\n got %q\nwant %q", report.Warnings, tt.warnings)
 			}
 		})
-	}
-}
-
-var updateReadme = flag.Bool("update-readme", false, "rewrite README.md's envoyproxy/ratelimit environment table")
-
-// TestRatelimitEnvTableInReadme keeps the README's environment table what
-// the mapping does.
-func TestRatelimitEnvTableInReadme(t *testing.T) {
-	data, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	const begin, end = "<!-- ratelimit-env-table: generated from pkg/app/ratelimitenv.go -->\n", "<!-- /ratelimit-env-table -->"
-	_, rest, ok := strings.Cut(string(data), begin)
-	table, _, ok2 := strings.Cut(rest, end)
-	if !ok || !ok2 {
-		t.Fatalf("README.md has no %q ... %q block", begin, end)
-	}
-	if want := ratelimitEnvTable(); *updateReadme && table != want {
-		out := strings.Replace(string(data), begin+table+end, begin+want+end, 1)
-		if err := os.WriteFile("../../README.md", []byte(out), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	} else if table != want {
-		t.Errorf("README.md's environment table differs from the mapping (go test ./pkg/app -run TableInReadme -update-readme); want:\n%s", want)
-	}
-}
-
-// TestRatelimitVarsTable checks the table's own consistency: each
-// variable once, and each without an Apply read by another row.
-func TestRatelimitVarsTable(t *testing.T) {
-	seen := map[string]bool{}
-	for _, r := range ratelimitVars() {
-		if seen[r.Name] {
-			t.Errorf("%s: listed twice", r.Name)
-		}
-		seen[r.Name] = true
-		if r.Note == "" {
-			t.Errorf("%s: no note", r.Name)
-		}
-		if r.Apply == nil && !strings.HasPrefix(r.Note, "read ") {
-			t.Errorf("%s: no Apply, and the note does not say which row reads it", r.Name)
-		}
-	}
-}
-
-// TestRatelimitEnvReportLog pins the start-up lines: names, never values,
-// each warning once, and nothing outside ratelimit's environment.
-func TestRatelimitEnvReportLog(t *testing.T) {
-	noTime := func(_ []string, a slog.Attr) slog.Attr {
-		if a.Key == slog.TimeKey {
-			return slog.Attr{}
-		}
-		return a
-	}
-	for _, tt := range []struct {
-		report ratelimitEnvReport
-		want   string
-	}{
-		{ratelimitEnvReport{Honoured: []string{"PORT"}}, ""},
-		{ratelimitEnvReport{ChargeAlways: true, XDS: true},
-			`level=INFO msg="rules over xDS: default charge always, as envoyproxy/ratelimit counts (--default-charge admitted opts out)"` + "\n"},
-		{ratelimitEnvReport{Active: true, Honoured: []string{"RUNTIME_ROOT"}, ChargeAlways: true},
-			`level=INFO msg="envoyproxy/ratelimit environment honoured" variables=RUNTIME_ROOT` + "\n" +
-				`level=INFO msg="envoyproxy/ratelimit environment: default charge always, as envoyproxy/ratelimit counts"` + "\n"},
-		{ratelimitEnvReport{Active: true, Honoured: []string{"RUNTIME_ROOT", "REDIS_AUTH"}, Warnings: []string{"USE_STATSD: ignored"}, FixedWindow: true, ChargeAlways: true, NoHeaders: true},
-			`level=INFO msg="envoyproxy/ratelimit environment honoured" variables=RUNTIME_ROOT,REDIS_AUTH` + "\n" +
-				`level=INFO msg="envoyproxy/ratelimit environment: default algorithm fixed_window, default charge always, as envoyproxy/ratelimit counts"` + "\n" +
-				`level=INFO msg="envoyproxy/ratelimit environment: response headers none, as envoyproxy/ratelimit sends none without LIMIT_RESPONSE_HEADERS_ENABLED"` + "\n" +
-				`level=WARN msg="envoyproxy/ratelimit environment: USE_STATSD: ignored"` + "\n"},
-	} {
-		var buf strings.Builder
-		tt.report.log(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{ReplaceAttr: noTime})))
-		if buf.String() != tt.want {
-			t.Errorf("log\n%s\nwant\n%s", buf.String(), tt.want)
-		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
+	"github.com/tollgatehq/tollgate/pkg/app/ratelimitenv"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/limiter"
 	"github.com/tollgatehq/tollgate/pkg/reload"
@@ -115,8 +116,8 @@ type Settings struct {
 	OverrideRefresh time.Duration `mapstructure:"override-refresh-interval"`
 
 	// ratelimitEnv is what loadSettings took from envoyproxy/ratelimit's
-	// environment (ratelimitenv.go), for serve to log.
-	ratelimitEnv ratelimitEnvReport
+	// environment (package ratelimitenv), for New to log.
+	ratelimitEnv ratelimitenv.Report
 }
 
 // maxBreakerCount bounds --breaker-failures and --breaker-probes, which
@@ -232,7 +233,7 @@ func LoadSettings(fs *pflag.FlagSet, getenv func(string) string) (Settings, erro
 		}
 	}
 	chargeSet := v.IsSet("default-charge") // before any default below sets it
-	report, err := applyRatelimitEnv(v, getenv)
+	report, err := ratelimitenv.Apply(v, getenv)
 	if err != nil {
 		return Settings{}, err
 	}

@@ -323,7 +323,7 @@ func TestDefaultCharge(t *testing.T) {
 				t.Errorf("DefaultCharge = %v (setting %q), want %v", opts.DefaultCharge, s.DefaultCharge, tt.want)
 			}
 			var buf strings.Builder
-			s.ratelimitEnv.log(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			s.ratelimitEnv.Log(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
 				if a.Key == slog.TimeKey {
 					return slog.Attr{}
 				}

@@ -1,4 +1,19 @@
-package app
+// Package ratelimitenv lets tollgate start from envoyproxy/ratelimit's
+// environment, so that a deployment of it (Envoy Gateway's, a Helm
+// chart's) can swap the image and change nothing else. It maps the
+// variables onto tollgate's settings, by their flag names, through a
+// Source that knows which settings tollgate's own flags, variables and
+// settings file set; and it renders the README's table of the mapping.
+//
+// The mapping applies only when the environment is envoyproxy/ratelimit's:
+// when at least one variable marked Trigger is non-empty.
+// Those are the names no other program is likely to set (RUNTIME_*,
+// REDIS_*, BACKEND_TYPE, USE_STATSD, ...); generic ones such as PORT,
+// HOST or LOG_LEVEL alone do not switch it on, so a platform that sets
+// PORT does not move tollgate's listeners. A variable is mapped only onto
+// a setting that tollgate's own flags, TOLLGATE_* variables and settings
+// file leave unset; a variable so shadowed is reported in a warning.
+package ratelimitenv
 
 import (
 	"encoding/json"
@@ -11,26 +26,23 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/spf13/viper"
 )
 
-// This file lets tollgate start from envoyproxy/ratelimit's environment,
-// so that a deployment of it (Envoy Gateway's, a Helm chart's) can swap the
-// image and change nothing else.
-//
-// The mapping applies only when the environment is envoyproxy/ratelimit's:
-// when at least one variable of ratelimitVars marked trigger is non-empty.
-// Those are the names no other program is likely to set (RUNTIME_*,
-// REDIS_*, BACKEND_TYPE, USE_STATSD, ...); generic ones such as PORT,
-// HOST or LOG_LEVEL alone do not switch it on, so a platform that sets
-// PORT does not move tollgate's listeners. A variable is mapped only onto
-// a setting that tollgate's own flags, TOLLGATE_* variables and settings
-// file leave unset; a variable so shadowed is reported in a warning.
+// Source is where the settings are resolved: a setting is named by its
+// flag, as in "redis-addrs". *viper.Viper is one.
+type Source interface {
+	// AllKeys returns the name of every setting.
+	AllKeys() []string
+	// IsSet reports whether a setting has a value of its own (from a flag,
+	// a variable or the settings file), not only its default.
+	IsSet(key string) bool
+	// Set gives a setting a value.
+	Set(key string, value any)
+}
 
-// ratelimitVar is one variable of envoyproxy/ratelimit's environment and
+// variable is one variable of envoyproxy/ratelimit's environment and
 // what tollgate does with it.
-type ratelimitVar struct {
+type variable struct {
 	// Name is the variable's name.
 	Name string
 	// Setting names the tollgate settings it maps onto; empty when it has
@@ -46,10 +58,10 @@ type ratelimitVar struct {
 	Note string
 }
 
-// ratelimitVars returns the whole mapping, in the order of the README's
+// vars returns the whole mapping, in the order of the README's
 // table.
-func ratelimitVars() []ratelimitVar {
-	return []ratelimitVar{
+func vars() []variable {
+	return []variable{
 		{Name: "RUNTIME_ROOT", Setting: "config-dir", Trigger: true, Apply: applyRuntime,
 			Note: "`config-dir` = `RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY` (defaults `/srv/runtime_data/current`, empty, `config`), as ratelimit reads it"},
 		{Name: "RUNTIME_SUBDIRECTORY", Setting: "config-dir", Trigger: true, Note: "read with `RUNTIME_ROOT`"},
@@ -182,13 +194,13 @@ func ratelimitVars() []ratelimitVar {
 // overLimitCacheKey is the setting LOCAL_CACHE_SIZE_IN_BYTES maps onto.
 const overLimitCacheKey = "over-limit-cache-bytes"
 
-// ErrRatelimitEnv marks an envoyproxy/ratelimit variable tollgate cannot
+// ErrVariable marks an envoyproxy/ratelimit variable tollgate cannot
 // honour.
-var ErrRatelimitEnv = errors.New("envoyproxy/ratelimit environment")
+var ErrVariable = errors.New("envoyproxy/ratelimit environment")
 
-// ratelimitEnvReport is what the mapping did, logged once at start. It
+// Report is what the mapping did, logged once at start. It
 // holds variable names and messages, never values.
-type ratelimitEnvReport struct {
+type Report struct {
 	// Active is whether the environment was envoyproxy/ratelimit's.
 	Active bool
 	// Honoured lists the variables that were mapped or accepted.
@@ -208,9 +220,9 @@ type ratelimitEnvReport struct {
 	NoHeaders bool
 }
 
-// log writes the report: nothing unless the environment was
+// Log writes the report: nothing unless the environment was
 // envoyproxy/ratelimit's or the rules come over xDS.
-func (r ratelimitEnvReport) log(logger *slog.Logger) {
+func (r Report) Log(logger *slog.Logger) {
 	if logger == nil {
 		return
 	}
@@ -241,10 +253,10 @@ func (r ratelimitEnvReport) log(logger *slog.Logger) {
 
 // envMapping carries one mapping run.
 type envMapping struct {
-	v      *viper.Viper
+	v      Source
 	getenv func(string) string
 	own    map[string]bool // settings tollgate's own sources set
-	report *ratelimitEnvReport
+	report *Report
 	errs   []error
 }
 
@@ -264,7 +276,7 @@ func (m *envMapping) warn(name, msg string) {
 }
 
 func (m *envMapping) fail(name, msg string) {
-	m.errs = append(m.errs, fmt.Errorf("%w: %s: %s", ErrRatelimitEnv, name, msg))
+	m.errs = append(m.errs, fmt.Errorf("%w: %s: %s", ErrVariable, name, msg))
 }
 
 // set maps names onto the setting key unless tollgate's own settings set
@@ -288,14 +300,13 @@ func (m *envMapping) set(key string, value any, names ...string) bool {
 	return true
 }
 
-// applyRatelimitEnv maps envoyproxy/ratelimit's environment, read through
-// getenv, onto v, whose values so far come from tollgate's own sources.
-// It returns what it did, and an error naming every variable it cannot
-// honour.
-func applyRatelimitEnv(v *viper.Viper, getenv func(string) string) (ratelimitEnvReport, error) {
-	var report ratelimitEnvReport
+// Apply maps envoyproxy/ratelimit's environment, read through getenv, onto
+// v, whose values so far come from tollgate's own sources. It returns what
+// it did, and an error naming every variable it cannot honour.
+func Apply(v Source, getenv func(string) string) (Report, error) {
+	var report Report
 	m := &envMapping{v: v, getenv: getenv, own: map[string]bool{}, report: &report}
-	for _, r := range ratelimitVars() {
+	for _, r := range vars() {
 		if r.Trigger && m.get(r.Name) != "" {
 			report.Active = true
 			break
@@ -308,7 +319,7 @@ func applyRatelimitEnv(v *viper.Viper, getenv func(string) string) (ratelimitEnv
 		m.own[key] = v.IsSet(key)
 	}
 	m.own["redis-password"] = v.IsSet("redis-password") || v.IsSet("redis-password-file") || getenv("TOLLGATE_REDIS_PASSWORD") != ""
-	for _, r := range ratelimitVars() {
+	for _, r := range vars() {
 		if r.Apply != nil {
 			r.Apply(m, r.Name, m.get(r.Name))
 		}
@@ -939,11 +950,11 @@ func applyDuration(key string) func(*envMapping, string, string) {
 	}
 }
 
-// ratelimitEnvTable renders the mapping as the README's Markdown table.
-func ratelimitEnvTable() string {
+// Table renders the mapping as the README's Markdown table.
+func Table() string {
 	var b strings.Builder
 	b.WriteString("| variable | tollgate setting | what tollgate does |\n|---|---|---|\n")
-	for _, r := range ratelimitVars() {
+	for _, r := range vars() {
 		setting := "—"
 		if r.Setting != "" {
 			keys := strings.Split(r.Setting, ", ")
