@@ -90,15 +90,15 @@ func loadRules(t *testing.T) *descriptor.Tree {
 // serveOptions returns the descriptor options that serve, check and
 // explain load rules with, for settings s.
 func serveOptions(s app.Settings) (descriptor.Options, error) {
-	kind, err := algorithm.ParseKind(s.DefaultAlgorithm)
+	kind, err := algorithm.ParseKind(s.Rules.DefaultAlgorithm)
 	if err != nil {
 		return descriptor.Options{}, err
 	}
-	mode, err := descriptor.ParseFailureMode(s.FailureMode)
+	mode, err := descriptor.ParseFailureMode(s.Failure.Mode)
 	if err != nil {
 		return descriptor.Options{}, err
 	}
-	return descriptor.Options{DefaultAlgorithm: kind, DefaultFailureMode: mode, MaxPatterns: s.MaxPatterns}, nil
+	return descriptor.Options{DefaultAlgorithm: kind, DefaultFailureMode: mode, MaxPatterns: s.Limits.MaxPatterns}, nil
 }
 
 // defaultPorts returns the gRPC and HTTP ports of `tollgate serve` without
@@ -109,7 +109,7 @@ func defaultPorts(t *testing.T) (grpcPort, httpPort uint32) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return addrPort(t, s.GRPCAddr), addrPort(t, s.HTTPAddr)
+	return addrPort(t, s.Listen.GRPC), addrPort(t, s.Listen.HTTP)
 }
 
 func addrPort(t *testing.T, addr string) uint32 {

@@ -101,7 +101,7 @@ func TestDashboardQueriesExportedMetrics(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "api.yaml"), searchRules)
 	svc := startServiceIn(t, dir, func(s *app.Settings) {
-		s.Store, s.RedisAddrs, s.BreakerFailures = "redis", []string{srv.Addr}, 1
+		s.Store, s.Redis.Addrs, s.Failure.BreakerFailures = "redis", []string{srv.Addr}, 1
 	})
 
 	// OK three times, then OVER_LIMIT.

@@ -96,7 +96,7 @@ func defaultPorts(t *testing.T) (grpcPort, httpPort uint32) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return portOf(t, s.GRPCAddr), portOf(t, s.HTTPAddr)
+	return portOf(t, s.Listen.GRPC), portOf(t, s.Listen.HTTP)
 }
 
 func portOf(t *testing.T, addr string) uint32 {

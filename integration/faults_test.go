@@ -101,10 +101,10 @@ func testFault(t *testing.T, redisType string, addrs []string, fault, mend func(
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "faults.yaml"), faultRules)
 	svc := startServiceIn(t, dir, func(s *app.Settings) {
-		s.Store, s.RedisType, s.RedisAddrs = "redis", redisType, addrs
-		s.RedisKeyPrefix = "faults"
-		s.StoreTimeout, s.BreakerOpenTime = storeTimeout, breakerOpenTime
-		s.LocalFallbackShare = 3
+		s.Store, s.Redis.Type, s.Redis.Addrs = "redis", redisType, addrs
+		s.Redis.KeyPrefix = "faults"
+		s.Failure.StoreTimeout, s.Failure.BreakerOpenTime = storeTimeout, breakerOpenTime
+		s.Failure.LocalFallbackShare = 3
 	})
 	storeHealthy := func() bool { return svc.health(t, rls.StoreServiceName) == healthpb.HealthCheckResponse_SERVING }
 
@@ -367,8 +367,8 @@ func testStartsWithoutRedis(t *testing.T, notServing bool) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "faults.yaml"), faultRules)
 	svc := startServiceIn(t, dir, func(s *app.Settings) {
-		s.Store, s.RedisAddrs, s.BreakerOpenTime = "redis", []string{srv.Addr}, breakerOpenTime
-		s.BreakerNotServing, s.StoreTimeout = notServing, time.Second
+		s.Store, s.Redis.Addrs, s.Failure.BreakerOpenTime = "redis", []string{srv.Addr}, breakerOpenTime
+		s.Failure.BreakerNotServing, s.Failure.StoreTimeout = notServing, time.Second
 	})
 	for _, mode := range faultModes {
 		resp := svc.query(t, "faults", entries("tenant", faultTenant, "mode", mode))

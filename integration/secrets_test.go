@@ -27,8 +27,8 @@ func TestSecretsStayOut(t *testing.T) {
 	srv := redistest.StartStandalone(t, redistest.WithPassword("the-right-one"))
 	const setting, inURL = "wrong-setting-pw-5b1e", "wrong-url-pw-77c2"
 	for name, tweak := range map[string]func(*app.Settings){
-		"setting": func(s *app.Settings) { s.RedisAddrs, s.RedisPassword = []string{srv.Addr}, setting },
-		"url":     func(s *app.Settings) { s.RedisAddrs = []string{"redis://:" + inURL + "@" + srv.Addr + "/0"} },
+		"setting": func(s *app.Settings) { s.Redis.Addrs, s.Redis.Password = []string{srv.Addr}, setting },
+		"url":     func(s *app.Settings) { s.Redis.Addrs = []string{"redis://:" + inURL + "@" + srv.Addr + "/0"} },
 	} {
 		t.Run(name, func(t *testing.T) {
 			var logs logtest.Buffer
@@ -198,8 +198,8 @@ func TestSecretsAdminTokensStayOut(t *testing.T) {
 	t.Cleanup(func() { redis.RouteClientLogs(slog.New(slog.DiscardHandler)) })
 	redis.RouteClientLogs(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	svc := startServiceLogging(t, dir, &logs, func(s *app.Settings) {
-		s.Store, s.RedisAddrs = "redis", []string{srv.Addr}
-		s.AdminTokenFile, s.AdminToken, s.AuditLog = tokenFile, envToken, auditFile
+		s.Store, s.Redis.Addrs = "redis", []string{srv.Addr}
+		s.Admin.TokenFile, s.Admin.Token, s.Admin.AuditLog = tokenFile, envToken, auditFile
 	})
 	writeFile(t, svc.dir+"/api.yaml", searchRules)
 	eventually(t, settle, "the rules to load", func() bool {

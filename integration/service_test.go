@@ -63,9 +63,9 @@ func startService(t *testing.T, files map[string]string, tweak ...func(*app.Sett
 // than be answered degraded.
 func countIn(redisType string, addrs []string, prefix string) func(*app.Settings) {
 	return func(s *app.Settings) {
-		s.Store, s.RedisType, s.RedisAddrs = "redis", redisType, addrs
-		s.RedisKeyPrefix, s.RedisTimeout, s.RedisDialTimeout = prefix, time.Second, time.Second
-		s.StoreTimeout = 5 * time.Second
+		s.Store, s.Redis.Type, s.Redis.Addrs = "redis", redisType, addrs
+		s.Redis.KeyPrefix, s.Redis.Timeout, s.Redis.DialTimeout = prefix, time.Second, time.Second
+		s.Failure.StoreTimeout = 5 * time.Second
 	}
 }
 
@@ -82,7 +82,7 @@ func startServiceLogging(t *testing.T, dir string, w io.Writer, tweak ...func(*a
 	r := apptest.Start(t, dir, apptest.Options{
 		Logger: slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Settings: func(s *app.Settings) {
-			s.MemoryMaxKeys, s.MaxDescriptors, s.MaxEntries, s.MaxKeyLen, s.MaxValueLen = 10000, 8, 8, 64, 256
+			s.Limits.MemoryMaxKeys, s.Limits.MaxDescriptors, s.Limits.MaxEntries, s.Limits.MaxKeyLen, s.Limits.MaxValueLen = 10000, 8, 8, 64, 256
 			for _, f := range tweak {
 				f(s)
 			}

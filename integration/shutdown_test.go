@@ -21,8 +21,8 @@ func TestShutdownFinishesInFlightCalls(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "faults.yaml"), faultRules)
 	// Every call waits out the store timeout, and the breaker never opens.
 	svc := startServiceIn(t, dir, func(s *app.Settings) {
-		s.Store, s.RedisAddrs = "redis", []string{srv.Addr}
-		s.StoreTimeout, s.RedisTimeout, s.BreakerFailures = 150*time.Millisecond, time.Second, 1_000_000
+		s.Store, s.Redis.Addrs = "redis", []string{srv.Addr}
+		s.Failure.StoreTimeout, s.Redis.Timeout, s.Failure.BreakerFailures = 150*time.Millisecond, time.Second, 1_000_000
 	})
 
 	srv.Stop()

@@ -55,9 +55,9 @@ func (ts *tlsSetup) files(cert tlsfilestest.Cert) map[string][]byte {
 // certificates signed by the client CA when mutual, with san if not empty.
 func (ts *tlsSetup) settings(mutual bool, san string) func(*app.Settings) {
 	return func(s *app.Settings) {
-		s.GRPCTLSCert, s.GRPCTLSKey = filepath.Join(ts.mount.Dir, "tls.crt"), filepath.Join(ts.mount.Dir, "tls.key")
+		s.GRPCTLS.Cert, s.GRPCTLS.Key = filepath.Join(ts.mount.Dir, "tls.crt"), filepath.Join(ts.mount.Dir, "tls.key")
 		if mutual {
-			s.GRPCTLSClientCA, s.GRPCTLSClientSAN = filepath.Join(ts.mount.Dir, "ca.crt"), san
+			s.GRPCTLS.ClientCA, s.GRPCTLS.ClientSAN = filepath.Join(ts.mount.Dir, "ca.crt"), san
 		}
 	}
 }

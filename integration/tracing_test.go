@@ -163,8 +163,8 @@ const (
 func TestTracesReachOTLPReceiver(t *testing.T) {
 	recv := startOTLPReceiver(t)
 	svc := startService(t, map[string]string{"api.yaml": tracedRules}, func(s *app.Settings) {
-		s.TracingEndpoint = "http://" + recv.addr
-		s.TracingBatchTimeout = 10 * time.Millisecond
+		s.Tracing.Endpoint = "http://" + recv.addr
+		s.Tracing.BatchTimeout = 10 * time.Millisecond
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -248,8 +248,8 @@ func TestTracesReachOTLPReceiver(t *testing.T) {
 func TestTracesFlushedOnShutdown(t *testing.T) {
 	recv := startOTLPReceiver(t)
 	svc := startService(t, map[string]string{"api.yaml": tracedRules}, func(s *app.Settings) {
-		s.TracingEndpoint = "http://" + recv.addr
-		s.TracingBatchTimeout = time.Hour
+		s.Tracing.Endpoint = "http://" + recv.addr
+		s.Tracing.BatchTimeout = time.Hour
 	})
 	svc.query(t, "api", []descriptor.Entry{{Key: "api_key", Value: tracedKey}})
 	if spans, _ := recv.received(t); len(spans) != 0 {

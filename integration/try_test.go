@@ -42,7 +42,7 @@ func TestTryItAnswers(t *testing.T) {
 		}
 		writeFile(t, filepath.Join(dir, filepath.Base(f)), string(data))
 	}
-	svc := startServiceIn(t, dir, func(s *app.Settings) { s.ResponseHeaders = "none" })
+	svc := startServiceIn(t, dir, func(s *app.Settings) { s.Answers.Headers = "none" })
 	const peer = "172.18.0.1" // Envoy's view of a client on the compose network
 
 	type want struct {

@@ -21,7 +21,7 @@ func TestRedisTooOld(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "faults.yaml"), faultRules)
 	svc := startServiceIn(t, dir, func(s *app.Settings) {
-		s.Store, s.RedisAddrs, s.BreakerOpenTime = "redis", []string{srv.Addr}, breakerOpenTime
+		s.Store, s.Redis.Addrs, s.Failure.BreakerOpenTime = "redis", []string{srv.Addr}, breakerOpenTime
 	})
 	want := fmt.Sprintf("OK, degraded: store unavailable: unsupported server version: Redis 6.0.9 at %s is older than the minimum, Redis 6.2 (or Valkey 7.2), circuit breaker open", srv.Addr)
 	eventually(t, settle, "/readyz to name the old version", func() bool {

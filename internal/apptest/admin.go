@@ -49,7 +49,7 @@ func StartAdmin(t testing.TB) *Admin {
 	a.Running = Start(t, a.Dir, Options{
 		Logger: slog.New(slog.NewTextHandler(a.Logs, nil)),
 		Settings: func(s *app.Settings) {
-			s.AdminTokenFile, s.AdminToken, s.AuditLog = a.TokenFile, EnvToken, a.AuditFile
+			s.Admin.TokenFile, s.Admin.Token, s.Admin.AuditLog = a.TokenFile, EnvToken, a.AuditFile
 		},
 	})
 	return a

@@ -53,8 +53,8 @@ func Start(t testing.TB, dir string, opts Options) *Running {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.ConfigDir, s.GRPCAddr, s.HTTPAddr, s.DebugAddr = dir, "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	s.AuditLog = filepath.Join(t.TempDir(), "audit.jsonl")
+	s.ConfigDir, s.Listen.GRPC, s.Listen.HTTP, s.Listen.Debug = dir, "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	s.Admin.AuditLog = filepath.Join(t.TempDir(), "audit.jsonl")
 	if opts.Settings != nil {
 		opts.Settings(&s)
 		if err := s.Validate(); err != nil {

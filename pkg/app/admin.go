@@ -19,7 +19,7 @@ import (
 // to --audit-log, or on stderr without it.
 func (a *App) newAudit() (*audit.Log, error) {
 	var w io.Writer = os.Stderr
-	if path := a.settings.AuditLog; path != "" {
+	if path := a.settings.Admin.AuditLog; path != "" {
 		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 		if err != nil {
 			return nil, fmt.Errorf("opening the audit log: %w", err)
@@ -34,8 +34,8 @@ func (a *App) newAudit() (*audit.Log, error) {
 // none.
 func (a *App) newTokens() (*admin.Tokens, error) {
 	return admin.NewTokens(admin.TokensOptions{
-		File:   a.settings.AdminTokenFile,
-		Env:    string(a.settings.AdminToken),
+		File:   a.settings.Admin.TokenFile,
+		Env:    string(a.settings.Admin.Token),
 		Logger: a.logger,
 	})
 }
@@ -88,7 +88,7 @@ func (a *App) auditReload(tree *descriptor.Tree) {
 
 // reloadSource names where the rules come from, for the audit.
 func (a *App) reloadSource() string {
-	if a.settings.ConfigType == "xds" {
+	if a.settings.XDS.ConfigType == "xds" {
 		return "xds"
 	}
 	return a.settings.ConfigDir

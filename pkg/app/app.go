@@ -17,7 +17,6 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/metric"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -126,11 +125,11 @@ func (a *App) build(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	style, err := limiter.ParseHeaderStyle(s.ResponseHeaders)
+	style, err := limiter.ParseHeaderStyle(s.Answers.Headers)
 	if err != nil {
 		return err
 	}
-	topts := s.telemetryOptions()
+	topts := s.Tracing.telemetryOptions()
 	topts.ServiceVersion = a.buildInfo.Version
 	topts.Build = telemetry.BuildInfo{Version: a.buildInfo.Version, Revision: a.buildInfo.Revision, GoVersion: a.buildInfo.GoVersion}
 	if a.telemetry, err = telemetry.Setup(ctx, topts); err != nil {
@@ -148,7 +147,7 @@ func (a *App) build(ctx context.Context) error {
 		tracer = a.telemetry.TracerProvider()
 	}
 
-	if s.ConfigType == "xds" {
+	if s.XDS.ConfigType == "xds" {
 		a.reloader, a.xds, err = newXDS(s, a.logger, meters, a.treeChanged)
 	} else {
 		a.reloader, err = newReloader(s, a.logger, meters, a.treeChanged)
@@ -173,24 +172,24 @@ func (a *App) build(ctx context.Context) error {
 		Overrides:          a.overrides.Current,
 		OnReset:            a.publishReset,
 		HeaderStyle:        style,
-		ShadowMode:         s.ShadowMode,
+		ShadowMode:         s.Rules.ShadowMode,
 		DefaultAlgorithm:   treeOpts.DefaultAlgorithm,
 		DefaultCharge:      treeOpts.DefaultCharge,
 		DefaultFailureMode: treeOpts.DefaultFailureMode,
-		MaxDescriptors:     s.MaxDescriptors,
-		MaxEntries:         s.MaxEntries,
-		MaxKeyLen:          s.MaxKeyLen,
-		MaxValueLen:        s.MaxValueLen,
-		MaxHits:            uint64(s.MaxHits),
+		MaxDescriptors:     s.Limits.MaxDescriptors,
+		MaxEntries:         s.Limits.MaxEntries,
+		MaxKeyLen:          s.Limits.MaxKeyLen,
+		MaxValueLen:        s.Limits.MaxValueLen,
+		MaxHits:            uint64(s.Limits.MaxHits),
 		Logger:             a.logger,
 		MeterProvider:      meters,
 		TracerProvider:     tracer,
 	}
 	if a.breaker != nil {
 		// Only a remote store waits, fails and needs a fallback.
-		opts.StoreTimeout, opts.DeadlineMargin = s.StoreTimeout, s.DeadlineMargin
-		opts.Fallback = memory.New(memory.Options{MaxKeys: s.LocalFallbackMaxKeys})
-		opts.FallbackShare = s.LocalFallbackShare
+		opts.StoreTimeout, opts.DeadlineMargin = s.Failure.StoreTimeout, s.Failure.DeadlineMargin
+		opts.Fallback = memory.New(memory.Options{MaxKeys: s.Failure.LocalFallbackMaxKeys})
+		opts.FallbackShare = s.Failure.LocalFallbackShare
 	}
 	lim, err := limiter.New(opts)
 	if err != nil {
@@ -200,7 +199,7 @@ func (a *App) build(ctx context.Context) error {
 
 	a.rls = rls.New(rls.Options{
 		Limiter: lim, Logger: a.logger, TracerProvider: tracer,
-		ResponseDynamicMetadata: s.ResponseDynamicMetadata, OmitDecisionMetadata: !s.DecisionMetadata,
+		ResponseDynamicMetadata: s.Answers.DynamicMetadata, OmitDecisionMetadata: !s.Answers.DecisionMetadata,
 	})
 	if a.reloader.Current() == nil {
 		// Rules over xDS come after the start: until they do, Envoy's
@@ -215,17 +214,17 @@ func (a *App) build(ctx context.Context) error {
 		// beyond them grpc starts goroutines as before.
 		grpc.NumStreamWorkers(streamWorkers),
 	}
-	if s.GRPCTLSCert != "" {
+	if s.GRPCTLS.Cert != "" {
 		files, err := tlsfiles.New(tlsfiles.Options{
-			CertFile: s.GRPCTLSCert, KeyFile: s.GRPCTLSKey, ClientCAFile: s.GRPCTLSClientCA, ClientSAN: s.GRPCTLSClientSAN,
+			CertFile: s.GRPCTLS.Cert, KeyFile: s.GRPCTLS.Key, ClientCAFile: s.GRPCTLS.ClientCA, ClientSAN: s.GRPCTLS.ClientSAN,
 			Logger: a.logger.With("component", "grpc-tls"),
 		})
 		if err != nil {
 			return fmt.Errorf("gRPC TLS: %w", err)
 		}
 		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(files.TLSConfig())))
-		a.logger.Info("serving gRPC over TLS", "cert", s.GRPCTLSCert, "serial", files.Leaf().SerialNumber.Text(16),
-			"client_ca", s.GRPCTLSClientCA, "client_san", s.GRPCTLSClientSAN)
+		a.logger.Info("serving gRPC over TLS", "cert", s.GRPCTLS.Cert, "serial", files.Leaf().SerialNumber.Text(16),
+			"client_ca", s.GRPCTLS.ClientCA, "client_san", s.GRPCTLS.ClientSAN)
 	}
 	a.grpc = grpc.NewServer(grpcOpts...)
 	a.rls.Register(a.grpc)
@@ -247,35 +246,22 @@ func (a *App) build(ctx context.Context) error {
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 	}
-	if s.DebugAddr != "" {
+	if s.Listen.Debug != "" {
 		a.debug = &http.Server{Handler: a.debugHandler(), ReadHeaderTimeout: 5 * time.Second}
 	}
 
-	if a.grpcLis, err = net.Listen("tcp", s.GRPCAddr); err != nil {
+	if a.grpcLis, err = net.Listen("tcp", s.Listen.GRPC); err != nil {
 		return fmt.Errorf("listening for gRPC: %w", err)
 	}
-	if a.httpLis, err = net.Listen("tcp", s.HTTPAddr); err != nil {
+	if a.httpLis, err = net.Listen("tcp", s.Listen.HTTP); err != nil {
 		return fmt.Errorf("listening for HTTP: %w", err)
 	}
 	if a.debug != nil {
-		if a.debugLis, err = net.Listen("tcp", s.DebugAddr); err != nil {
+		if a.debugLis, err = net.Listen("tcp", s.Listen.Debug); err != nil {
 			return fmt.Errorf("listening for debug: %w", err)
 		}
 	}
 	return nil
-}
-
-// telemetryOptions returns the telemetry the settings ask for. The
-// sampler is parent-based: a call whose trace context says sampled is
-// traced, so Envoy's sampling decision holds through tollgate, and the
-// ratio applies to traces tollgate starts. The default ratio, 1, leaves
-// the sampler to OTEL_TRACES_SAMPLER, whose own default is the same.
-func (s Settings) telemetryOptions() telemetry.Options {
-	opts := telemetry.Options{TracesEndpoint: s.TracingEndpoint, BatchTimeout: s.TracingBatchTimeout}
-	if s.TracingSampleRatio != 1 {
-		opts.Sampler = sdktrace.ParentBased(sdktrace.TraceIDRatioBased(s.TracingSampleRatio))
-	}
-	return opts
 }
 
 // newStore builds the store the settings choose; the one switch over
@@ -284,9 +270,9 @@ func (a *App) newStore(meters metric.MeterProvider) (store.Store, error) {
 	s := a.settings
 	switch s.Store {
 	case "memory":
-		return memory.New(memory.Options{MaxKeys: s.MemoryMaxKeys}), nil
+		return memory.New(memory.Options{MaxKeys: s.Limits.MemoryMaxKeys}), nil
 	case "redis":
-		cfg, err := s.redisConfig()
+		cfg, err := s.Redis.clientConfig()
 		if err != nil {
 			return nil, err
 		}
@@ -298,8 +284,8 @@ func (a *App) newStore(meters metric.MeterProvider) (store.Store, error) {
 		a.redisClient = client
 		st, err := redis.New(redis.Options{
 			Client:        client,
-			KeyPrefix:     s.RedisKeyPrefix,
-			BatchWindow:   s.RedisBatchWindow,
+			KeyPrefix:     s.Redis.KeyPrefix,
+			BatchWindow:   s.Redis.BatchWindow,
 			Logger:        a.logger,
 			MeterProvider: meters,
 		})
@@ -310,9 +296,9 @@ func (a *App) newStore(meters metric.MeterProvider) (store.Store, error) {
 		a.redis = st
 		a.breaker, err = breaker.New(st, breaker.Options{
 			Name:          "redis",
-			Failures:      uint32(s.BreakerFailures),
-			OpenFor:       s.BreakerOpenTime,
-			Probes:        uint32(s.BreakerProbes),
+			Failures:      uint32(s.Failure.BreakerFailures),
+			OpenFor:       s.Failure.BreakerOpenTime,
+			Probes:        uint32(s.Failure.BreakerProbes),
 			OnChange:      a.storeChanged,
 			Logger:        a.logger,
 			MeterProvider: meters,
@@ -322,10 +308,10 @@ func (a *App) newStore(meters metric.MeterProvider) (store.Store, error) {
 		}
 		a.logger.Info("counting in redis", "redis", cfg)
 		var chain store.Store = a.breaker
-		if s.OverLimitCacheBytes != 0 {
+		if s.Redis.OverLimitCacheBytes != 0 {
 			// Above the breaker, so that counters known to be over their
 			// limit are still answered while Redis is away.
-			if a.overlimit, err = overlimit.New(a.breaker, overlimit.Options{MaxBytes: s.OverLimitCacheBytes, MeterProvider: meters}); err != nil {
+			if a.overlimit, err = overlimit.New(a.breaker, overlimit.Options{MaxBytes: s.Redis.OverLimitCacheBytes, MeterProvider: meters}); err != nil {
 				return nil, err
 			}
 			chain = a.overlimit
@@ -338,8 +324,8 @@ func (a *App) newStore(meters metric.MeterProvider) (store.Store, error) {
 		a.cached = cached.New(cached.Options{
 			Inner:         chain,
 			Leaser:        a.breaker,
-			RenewInterval: s.LeaseInterval,
-			Lifetime:      s.LeaseLifetime,
+			RenewInterval: s.Leases.Interval,
+			Lifetime:      s.Leases.Lifetime,
 			MeterProvider: meters,
 			Logger:        a.logger,
 		})
@@ -372,7 +358,7 @@ func (a *App) treeChanged(tree *descriptor.Tree) {
 	if a.rls != nil {
 		// Rules are live (over xDS the first may come late): serve,
 		// unless the breaker says otherwise.
-		a.rls.SetServing(!a.settings.BreakerNotServing || a.degraded() == "")
+		a.rls.SetServing(!a.settings.Failure.BreakerNotServing || a.degraded() == "")
 	}
 	a.auditReload(tree)
 	if a.cached != nil {
@@ -398,7 +384,7 @@ func (a *App) ready() error {
 	if a.reloader.Current() == nil {
 		return errors.New("no descriptor configuration loaded")
 	}
-	if why := a.degraded(); why != "" && a.settings.BreakerNotServing {
+	if why := a.degraded(); why != "" && a.settings.Failure.BreakerNotServing {
 		return errors.New(why)
 	}
 	return nil
@@ -428,7 +414,7 @@ func (a *App) storeChanged(st breaker.State) {
 		return
 	}
 	a.rls.SetStoreHealthy(st == breaker.Closed)
-	if a.settings.BreakerNotServing {
+	if a.settings.Failure.BreakerNotServing {
 		a.rls.SetServing(st == breaker.Closed && a.reloader.Current() != nil)
 	}
 }
@@ -511,7 +497,7 @@ func (a *App) Run(ctx context.Context) error {
 
 	grpcAddr, httpAddr, debugAddr := a.Addrs()
 	a.logger.Info("tollgate serving", "version", a.buildInfo.Version, "grpc", grpcAddr, "http", httpAddr, "debug", debugAddr,
-		"store", a.settings.Store, "config_type", a.settings.ConfigType, "config_dir", a.settings.ConfigDir, "config_hash", a.reloader.Status().Hash,
+		"store", a.settings.Store, "config_type", a.settings.XDS.ConfigType, "config_dir", a.settings.ConfigDir, "config_hash", a.reloader.Status().Hash,
 		"tracing", a.telemetry.Tracing())
 
 	<-ctx.Done()
@@ -534,7 +520,7 @@ func (a *App) probeStore(ctx context.Context) {
 		Limit:   algorithm.Limit{Kind: algorithm.TokenBucket, Requests: 1, Period: time.Second.Microseconds()},
 	}}
 	verdicts := make([]algorithm.Verdict, len(hits))
-	tick := time.NewTicker(a.settings.BreakerOpenTime)
+	tick := time.NewTicker(a.settings.Failure.BreakerOpenTime)
 	defer tick.Stop()
 	for {
 		select {
@@ -545,7 +531,7 @@ func (a *App) probeStore(ctx context.Context) {
 		if a.breaker.State() == breaker.Closed {
 			continue
 		}
-		pctx, cancel := context.WithTimeout(ctx, a.settings.StoreTimeout)
+		pctx, cancel := context.WithTimeout(ctx, a.settings.Failure.StoreTimeout)
 		_ = a.breaker.Apply(pctx, hits, verdicts) // the breaker records the outcome
 		cancel()
 	}

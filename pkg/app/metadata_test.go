@@ -35,9 +35,9 @@ descriptors:
 		want  []string // the keys of dynamic_metadata
 	}{
 		{"default", nil, []string{"tollgate"}},
-		{"both", func(s *app.Settings) { s.ResponseDynamicMetadata = true }, []string{"descriptors", "domain", "metadata", "tollgate"}},
-		{"ratelimit's only", func(s *app.Settings) { s.ResponseDynamicMetadata, s.DecisionMetadata = true, false }, []string{"descriptors", "domain", "metadata"}},
-		{"none", func(s *app.Settings) { s.DecisionMetadata = false }, nil},
+		{"both", func(s *app.Settings) { s.Answers.DynamicMetadata = true }, []string{"descriptors", "domain", "metadata", "tollgate"}},
+		{"ratelimit's only", func(s *app.Settings) { s.Answers.DynamicMetadata, s.Answers.DecisionMetadata = true, false }, []string{"descriptors", "domain", "metadata"}},
+		{"none", func(s *app.Settings) { s.Answers.DecisionMetadata = false }, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -68,7 +68,7 @@ func TestMetricsLint(t *testing.T) {
 			name: "redis",
 			tweak: func(t *testing.T, s *app.Settings) {
 				redisServer = redistest.StartStandalone(t)
-				s.Store, s.RedisAddrs, s.BreakerFailures = "redis", []string{redisServer.Addr}, 1
+				s.Store, s.Redis.Addrs, s.Failure.BreakerFailures = "redis", []string{redisServer.Addr}, 1
 			},
 			fail: func() { redisServer.Kill() },
 			// Refused at once (redis), or not within --store-timeout on a
@@ -89,7 +89,7 @@ func TestMetricsLint(t *testing.T) {
 			name: "redis with the over-limit cache",
 			tweak: func(t *testing.T, s *app.Settings) {
 				srv := redistest.StartStandalone(t)
-				s.Store, s.RedisAddrs, s.OverLimitCacheBytes = "redis", []string{srv.Addr}, 1<<20
+				s.Store, s.Redis.Addrs, s.Redis.OverLimitCacheBytes = "redis", []string{srv.Addr}, 1<<20
 			},
 			want: []string{"tollgate_overlimit_cache_hits_total 1", "tollgate_overlimit_cache_entries 1"},
 		},
@@ -102,7 +102,7 @@ func TestMetricsLint(t *testing.T) {
 			name: "redis with precision cached",
 			tweak: func(t *testing.T, s *app.Settings) {
 				srv := redistest.StartStandalone(t)
-				s.Store, s.RedisAddrs, s.Precision = "redis", []string{srv.Addr}, "cached"
+				s.Store, s.Redis.Addrs, s.Rules.Precision = "redis", []string{srv.Addr}, "cached"
 			},
 			big: 5,
 			want: []string{

@@ -30,25 +30,25 @@ func (a *App) newOverrides(ctx context.Context, meters metric.MeterProvider) err
 	s := a.settings
 	opts := override.Options{
 		Tree:            a.reloader.Current,
-		MaxTTL:          s.MaxOverrideTTL,
-		RefreshInterval: s.OverrideRefresh,
+		MaxTTL:          s.Overrides.MaxTTL,
+		RefreshInterval: s.Overrides.Refresh,
 		OnChange:        a.overridesChanged,
 		Logger:          a.logger,
 		MeterProvider:   meters,
 	}
 	if a.redisClient == nil {
-		backend, err := statefile.Open(s.StateDir, statefile.Options{Logger: a.logger})
+		backend, err := statefile.Open(s.Overrides.StateDir, statefile.Options{Logger: a.logger})
 		if err != nil {
 			return err
 		}
 		opts.Backend = backend
 	} else {
-		backend, err := overrideredis.New(overrideredis.Options{Client: a.redisClient, KeyPrefix: s.RedisKeyPrefix})
+		backend, err := overrideredis.New(overrideredis.Options{Client: a.redisClient, KeyPrefix: s.Redis.KeyPrefix})
 		if err != nil {
 			return err
 		}
 		opts.Backend = backend
-		if a.fleet, err = fleet.New(fleet.Options{Client: a.redisClient, Channel: s.RedisKeyPrefix + ".fleet", Logger: a.logger}); err != nil {
+		if a.fleet, err = fleet.New(fleet.Options{Client: a.redisClient, Channel: s.Redis.KeyPrefix + ".fleet", Logger: a.logger}); err != nil {
 			return err
 		}
 		opts.Publish = func(ctx context.Context) error {

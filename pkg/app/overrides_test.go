@@ -90,7 +90,7 @@ func limitName(st *rlsv3.RateLimitResponse_DescriptorStatus) string {
 // /debug/config.
 func TestOverridesPersistAcrossRestart(t *testing.T) {
 	dir, state := overrideDir(t), t.TempDir()
-	useState := func(s *app.Settings) { s.StateDir = state }
+	useState := func(s *app.Settings) { s.Overrides.StateDir = state }
 	first := apptest.Start(t, dir, apptest.Options{Settings: useState})
 	o := create(t, first, "acme", time.Hour)
 	if got := limitName(tenantStatus(t, dialApp(t, first), "acme")); got != "override:"+o.ID {
@@ -114,7 +114,7 @@ func TestCorruptStateFile(t *testing.T) {
 	dir, state := overrideDir(t), t.TempDir()
 	apptest.WriteFile(t, filepath.Join(state, statefile.FileName), "{not json")
 	logs := &logtest.Buffer{}
-	a := apptest.Start(t, dir, apptest.Options{Logger: slog.New(slog.NewTextHandler(logs, nil)), Settings: func(s *app.Settings) { s.StateDir = state }})
+	a := apptest.Start(t, dir, apptest.Options{Logger: slog.New(slog.NewTextHandler(logs, nil)), Settings: func(s *app.Settings) { s.Overrides.StateDir = state }})
 	if st := tenantStatus(t, dialApp(t, a), "acme"); limitName(st) != "per_tenant" {
 		t.Fatalf("limit %q, want the rule's", limitName(st))
 	}
@@ -144,11 +144,11 @@ func TestOverridesFleetCluster(t *testing.T) {
 func testOverridesFleet(t *testing.T, redisType string, addrs []string) {
 	dir := overrideDir(t)
 	useRedis := func(s *app.Settings) {
-		s.Store, s.RedisType, s.RedisAddrs, s.RedisKeyPrefix = "redis", redisType, addrs, "of"
-		s.RedisTimeout, s.StoreTimeout = time.Second, 5*time.Second
-		s.OverLimitCacheBytes = 1 << 20
+		s.Store, s.Redis.Type, s.Redis.Addrs, s.Redis.KeyPrefix = "redis", redisType, addrs, "of"
+		s.Redis.Timeout, s.Failure.StoreTimeout = time.Second, 5*time.Second
+		s.Redis.OverLimitCacheBytes = 1 << 20
 		// Longer than any test: only pub/sub can bring a change in time.
-		s.OverrideRefresh = time.Hour
+		s.Overrides.Refresh = time.Hour
 	}
 	a := apptest.Start(t, dir, apptest.Options{Settings: useRedis})
 	b := apptest.Start(t, dir, apptest.Options{Settings: useRedis})
@@ -217,7 +217,7 @@ func TestOverrideReturnsLeases(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	dir := t.TempDir()
 	apptest.WriteFile(t, filepath.Join(dir, "p.yaml"), cachedRule)
-	a := apptest.Start(t, dir, apptest.Options{Settings: func(s *app.Settings) { s.Store, s.RedisAddrs = "redis", []string{srv.Addr} }})
+	a := apptest.Start(t, dir, apptest.Options{Settings: func(s *app.Settings) { s.Store, s.Redis.Addrs = "redis", []string{srv.Addr} }})
 	client := dialApp(t, a)
 	for _, v := range []string{"covered", "other"} {
 		send(t, client, "p", descriptor.Entry{Key: "k", Value: v})
@@ -263,9 +263,9 @@ func TestResetThroughTheChain(t *testing.T) {
 			dir := t.TempDir()
 			apptest.WriteFile(t, filepath.Join(dir, "r.yaml"), resetRules)
 			a := apptest.Start(t, dir, apptest.Options{Settings: func(s *app.Settings) {
-				s.Store, s.RedisType, s.RedisAddrs = "redis", redisType, addrs
-				s.RedisTimeout, s.StoreTimeout = time.Second, 5*time.Second
-				s.OverLimitCacheBytes = 1 << 20
+				s.Store, s.Redis.Type, s.Redis.Addrs = "redis", redisType, addrs
+				s.Redis.Timeout, s.Failure.StoreTimeout = time.Second, 5*time.Second
+				s.Redis.OverLimitCacheBytes = 1 << 20
 			}})
 			client := dialApp(t, a)
 			for _, key := range []string{"alg", "cached"} {

@@ -69,7 +69,7 @@ func TestPrecisionOnMemory(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(dir, "p.yaml"), []byte(tt.first), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			a, logs := startLogged(t, dir, func(s *app.Settings) { s.Precision = tt.flag })
+			a, logs := startLogged(t, dir, func(s *app.Settings) { s.Rules.Precision = tt.flag })
 			for _, y := range tt.reloads {
 				reloadWith(t, a, dir, y)
 			}
@@ -94,7 +94,7 @@ func TestReloadReturnsLeases(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "p.yaml"), []byte(cachedRule), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	a, logs := startLogged(t, dir, func(s *app.Settings) { s.Store, s.RedisAddrs = "redis", []string{srv.Addr} })
+	a, logs := startLogged(t, dir, func(s *app.Settings) { s.Store, s.Redis.Addrs = "redis", []string{srv.Addr} })
 	grpcAddr, _, _ := a.Addrs()
 	client, err := rlsclient.Dial(grpcAddr)
 	if err != nil {

@@ -35,7 +35,7 @@ func TestRatelimitEnv(t *testing.T) {
 	// counts and answers.
 	asRatelimit := func(edit func(*Settings)) func(*Settings) {
 		return func(s *Settings) {
-			s.DefaultAlgorithm, s.DefaultCharge, s.ResponseHeaders = "fixed_window", "always", "none"
+			s.Rules.DefaultAlgorithm, s.Rules.DefaultCharge, s.Answers.Headers = "fixed_window", "always", "none"
 			s.ConfigDir = "/srv/runtime_data/current/config" // ratelimit's default runtime directory
 			if edit != nil {
 				edit(s)
@@ -64,7 +64,7 @@ func TestRatelimitEnv(t *testing.T) {
 				"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": redisURL,
 			},
 			want: asRatelimit(func(s *Settings) {
-				s.ConfigDir, s.Store, s.RedisAddrs, s.LogLevel = "/data/ratelimit/config", "redis", []string{redisURL}, "info"
+				s.ConfigDir, s.Store, s.Redis.Addrs, s.Log.Level = "/data/ratelimit/config", "redis", []string{redisURL}, "info"
 			}),
 			honoured: "RUNTIME_ROOT,RUNTIME_SUBDIRECTORY,RUNTIME_WATCH_ROOT,RUNTIME_IGNOREDOTFILES,LOG_LEVEL,REDIS_URL,REDIS_SOCKET_TYPE,USE_STATSD",
 		},
@@ -79,8 +79,8 @@ func TestRatelimitEnv(t *testing.T) {
 			env: map[string]string{"REDIS_URL": redisURL, "REDIS_SOCKET_TYPE": "TCP", "HOST": "127.0.0.1", "PORT": "9000",
 				"GRPC_PORT": "9001", "DEBUG_HOST": "0.0.0.0", "DEBUG_PORT": "9002"},
 			want: asRatelimit(func(s *Settings) {
-				s.Store, s.RedisAddrs = "redis", []string{redisURL}
-				s.HTTPAddr, s.GRPCAddr, s.DebugAddr = "127.0.0.1:9000", ":9001", ":9002"
+				s.Store, s.Redis.Addrs = "redis", []string{redisURL}
+				s.Listen.HTTP, s.Listen.GRPC, s.Listen.Debug = "127.0.0.1:9000", ":9001", ":9002"
 			}),
 			honoured: "HOST,PORT,GRPC_PORT,DEBUG_HOST,DEBUG_PORT,REDIS_URL,REDIS_SOCKET_TYPE",
 		},
@@ -92,13 +92,13 @@ func TestRatelimitEnv(t *testing.T) {
 		{
 			name:     "log level in any case, json",
 			env:      map[string]string{"RUNTIME_ROOT": "/d", "LOG_LEVEL": "WARNING", "LOG_FORMAT": "JSON"},
-			want:     asRatelimit(func(s *Settings) { s.ConfigDir, s.LogLevel, s.LogFormat = "/d/config", "warn", "json" }),
+			want:     asRatelimit(func(s *Settings) { s.ConfigDir, s.Log.Level, s.Log.Format = "/d/config", "warn", "json" }),
 			honoured: "RUNTIME_ROOT,LOG_LEVEL,LOG_FORMAT",
 		},
 		{
 			name:     "trace logs at debug, another format as text",
 			env:      map[string]string{"RUNTIME_ROOT": "/d", "LOG_LEVEL": "trace", "LOG_FORMAT": "logfmt"},
-			want:     asRatelimit(func(s *Settings) { s.ConfigDir, s.LogLevel = "/d/config", "debug" }),
+			want:     asRatelimit(func(s *Settings) { s.ConfigDir, s.Log.Level = "/d/config", "debug" }),
 			honoured: "RUNTIME_ROOT,LOG_LEVEL,LOG_FORMAT",
 			warnings: []string{"LOG_FORMAT: not json, so text, as in envoyproxy/ratelimit"},
 		},
@@ -139,7 +139,7 @@ func TestRatelimitEnv(t *testing.T) {
 		{
 			name:     "socket type unset with an address",
 			env:      map[string]string{"REDIS_URL": redisURL},
-			want:     asRatelimit(func(s *Settings) { s.Store, s.RedisAddrs = "redis", []string{redisURL} }),
+			want:     asRatelimit(func(s *Settings) { s.Store, s.Redis.Addrs = "redis", []string{redisURL} }),
 			honoured: "REDIS_URL",
 			warnings: []string{"REDIS_SOCKET_TYPE: unset means unix in envoyproxy/ratelimit; REDIS_URL is no path, so tcp"},
 		},
@@ -147,7 +147,7 @@ func TestRatelimitEnv(t *testing.T) {
 			name: "sentinel",
 			env:  map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "SENTINEL", "REDIS_URL": "mymaster,s1:26379,s2:26379"},
 			want: asRatelimit(func(s *Settings) {
-				s.Store, s.RedisType, s.RedisMasterName, s.RedisAddrs = "redis", "sentinel", "mymaster", []string{"s1:26379", "s2:26379"}
+				s.Store, s.Redis.Type, s.Redis.MasterName, s.Redis.Addrs = "redis", "sentinel", "mymaster", []string{"s1:26379", "s2:26379"}
 			}),
 			honoured: "REDIS_URL,REDIS_SOCKET_TYPE,REDIS_TYPE",
 		},
@@ -160,7 +160,7 @@ func TestRatelimitEnv(t *testing.T) {
 			name: "cluster",
 			env:  map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "Cluster", "REDIS_URL": "n1:6379, n2:6379"},
 			want: asRatelimit(func(s *Settings) {
-				s.Store, s.RedisType, s.RedisAddrs = "redis", "cluster", []string{"n1:6379", "n2:6379"}
+				s.Store, s.Redis.Type, s.Redis.Addrs = "redis", "cluster", []string{"n1:6379", "n2:6379"}
 			}),
 			honoured: "REDIS_URL,REDIS_SOCKET_TYPE,REDIS_TYPE",
 		},
@@ -173,7 +173,7 @@ func TestRatelimitEnv(t *testing.T) {
 			name: "user and password",
 			env:  map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": redisURL, "REDIS_AUTH": "alice:pa:ss"},
 			want: asRatelimit(func(s *Settings) {
-				s.Store, s.RedisAddrs, s.RedisUsername, s.RedisPassword = "redis", []string{redisURL}, "alice", "pa:ss"
+				s.Store, s.Redis.Addrs, s.Redis.Username, s.Redis.Password = "redis", []string{redisURL}, "alice", "pa:ss"
 			}),
 			honoured: "REDIS_URL,REDIS_SOCKET_TYPE,REDIS_AUTH",
 		},
@@ -181,7 +181,7 @@ func TestRatelimitEnv(t *testing.T) {
 			name: "password alone",
 			env:  map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": redisURL, "REDIS_AUTH": "s3cret"},
 			want: asRatelimit(func(s *Settings) {
-				s.Store, s.RedisAddrs, s.RedisPassword = "redis", []string{redisURL}, "s3cret"
+				s.Store, s.Redis.Addrs, s.Redis.Password = "redis", []string{redisURL}, "s3cret"
 			}),
 			honoured: "REDIS_URL,REDIS_SOCKET_TYPE,REDIS_AUTH",
 		},
@@ -189,7 +189,7 @@ func TestRatelimitEnv(t *testing.T) {
 			name: "tollgate's password wins",
 			env:  map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": redisURL, "REDIS_AUTH": "s3cret", "TOLLGATE_REDIS_PASSWORD": "mine"},
 			want: asRatelimit(func(s *Settings) {
-				s.Store, s.RedisAddrs, s.RedisPassword = "redis", []string{redisURL}, "mine"
+				s.Store, s.Redis.Addrs, s.Redis.Password = "redis", []string{redisURL}, "mine"
 			}),
 			honoured: "REDIS_URL,REDIS_SOCKET_TYPE",
 			warnings: []string{"REDIS_AUTH: ignored: tollgate's own setting redis-password wins"},
@@ -200,8 +200,8 @@ func TestRatelimitEnv(t *testing.T) {
 				"REDIS_TLS_CACERT": caFile, "REDIS_TLS_CLIENT_CERT": certFile, "REDIS_TLS_CLIENT_KEY": keyFile,
 				"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true"},
 			want: asRatelimit(func(s *Settings) {
-				s.Store, s.RedisAddrs, s.RedisTLS = "redis", []string{redisURL}, true
-				s.RedisTLSCA, s.RedisTLSCert, s.RedisTLSKey = caFile, certFile, keyFile
+				s.Store, s.Redis.Addrs, s.Redis.TLS = "redis", []string{redisURL}, true
+				s.Redis.TLSCA, s.Redis.TLSCert, s.Redis.TLSKey = caFile, certFile, keyFile
 			}),
 			honoured: "REDIS_URL,REDIS_SOCKET_TYPE,REDIS_TLS,REDIS_TLS_CACERT,REDIS_TLS_CLIENT_CERT,REDIS_TLS_CLIENT_KEY",
 			warnings: []string{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION: not supported: tollgate verifies the redis host name; set redis-tls-server-name to the name in its certificate"},
@@ -218,7 +218,7 @@ func TestRatelimitEnv(t *testing.T) {
 			env: map[string]string{"RUNTIME_ROOT": "/d", "REDIS_POOL_SIZE": "20", "REDIS_PIPELINE_WINDOW": "0",
 				"CACHE_KEY_PREFIX": "rl_", "SHADOW_MODE": "true", "REDIS_PIPELINE_LIMIT": "8"},
 			want: asRatelimit(func(s *Settings) {
-				s.ConfigDir, s.RedisPoolSize, s.RedisBatchWindow, s.RedisKeyPrefix, s.ShadowMode = "/d/config", 20, -1, "rl_", true
+				s.ConfigDir, s.Redis.PoolSize, s.Redis.BatchWindow, s.Redis.KeyPrefix, s.Rules.ShadowMode = "/d/config", 20, -1, "rl_", true
 			}),
 			honoured: "RUNTIME_ROOT,REDIS_POOL_SIZE,REDIS_PIPELINE_WINDOW,CACHE_KEY_PREFIX,SHADOW_MODE",
 			warnings: []string{"REDIS_PIPELINE_LIMIT: ignored: tollgate bounds a batch by --redis-batch-window alone"},
@@ -226,7 +226,7 @@ func TestRatelimitEnv(t *testing.T) {
 		{
 			name:     "response dynamic metadata",
 			env:      map[string]string{"RUNTIME_ROOT": "/d", "RESPONSE_DYNAMIC_METADATA": "true"},
-			want:     asRatelimit(func(s *Settings) { s.ConfigDir, s.ResponseDynamicMetadata = "/d/config", true }),
+			want:     asRatelimit(func(s *Settings) { s.ConfigDir, s.Answers.DynamicMetadata = "/d/config", true }),
 			honoured: "RUNTIME_ROOT,RESPONSE_DYNAMIC_METADATA",
 		},
 		{
@@ -237,7 +237,7 @@ func TestRatelimitEnv(t *testing.T) {
 		{
 			name:     "pipeline window",
 			env:      map[string]string{"RUNTIME_ROOT": "/d", "REDIS_PIPELINE_WINDOW": "150us"},
-			want:     asRatelimit(func(s *Settings) { s.ConfigDir, s.RedisBatchWindow = "/d/config", 150*time.Microsecond }),
+			want:     asRatelimit(func(s *Settings) { s.ConfigDir, s.Redis.BatchWindow = "/d/config", 150*time.Microsecond }),
 			honoured: "RUNTIME_ROOT,REDIS_PIPELINE_WINDOW",
 		},
 		{
@@ -259,7 +259,7 @@ func TestRatelimitEnv(t *testing.T) {
 		{
 			name:     "response headers",
 			env:      map[string]string{"RUNTIME_ROOT": "/d", "LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_LIMIT_HEADER": "ratelimit-limit", "LIMIT_RESET_HEADER": "X-Reset"},
-			want:     asRatelimit(func(s *Settings) { s.ConfigDir, s.ResponseHeaders = "/d/config", "draft03" }),
+			want:     asRatelimit(func(s *Settings) { s.ConfigDir, s.Answers.Headers = "/d/config", "draft03" }),
 			honoured: "RUNTIME_ROOT,LIMIT_RESPONSE_HEADERS_ENABLED,LIMIT_LIMIT_HEADER",
 			warnings: []string{"LIMIT_RESET_HEADER: ignored: tollgate's header names are fixed (RateLimit-Reset in draft03)"},
 		},
@@ -272,10 +272,10 @@ func TestRatelimitEnv(t *testing.T) {
 				"CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "/ca.pem", "CONFIG_GRPC_XDS_SERVER_TLS_SAN": "eg.svc",
 				"FORCE_START_WITHOUT_INITIAL_CONFIG": "true"},
 			want: asRatelimit(func(s *Settings) {
-				s.ConfigType, s.XDSServer, s.XDSNodeID = "xds", "eg:18001", "rl"
-				s.XDSNodeMetadata, s.XDSHeaders = `{"cluster":"eg","zone":"a=b"}`, "authorization=Bearer t,x-a=b:c"
-				s.XDSRetryInterval, s.XDSTLS, s.XDSTLSCert, s.XDSTLSKey, s.XDSTLSCA, s.XDSTLSSAN = 5*time.Second, true, "/c.pem", "/k.pem", "/ca.pem", "eg.svc"
-				s.ForceStart = true
+				s.XDS.ConfigType, s.XDS.Server, s.XDS.NodeID = "xds", "eg:18001", "rl"
+				s.XDS.NodeMetadata, s.XDS.Headers = `{"cluster":"eg","zone":"a=b"}`, "authorization=Bearer t,x-a=b:c"
+				s.XDS.RetryInterval, s.XDS.TLS, s.XDS.TLSCert, s.XDS.TLSKey, s.XDS.TLSCA, s.XDS.TLSSAN = 5*time.Second, true, "/c.pem", "/k.pem", "/ca.pem", "eg.svc"
+				s.XDS.ForceStart = true
 			}),
 			honoured: "FORCE_START_WITHOUT_INITIAL_CONFIG,CONFIG_TYPE,CONFIG_GRPC_XDS_SERVER_URL,CONFIG_GRPC_XDS_NODE_ID,CONFIG_GRPC_XDS_NODE_METADATA," +
 				"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS,CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL,CONFIG_GRPC_XDS_SERVER_USE_TLS," +
@@ -297,7 +297,7 @@ func TestRatelimitEnv(t *testing.T) {
 			env: map[string]string{"RUNTIME_ROOT": "/d", "GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/s.pem",
 				"GRPC_SERVER_TLS_KEY": "/s.key", "GRPC_CLIENT_TLS_CACERT": "/ca.pem", "GRPC_CLIENT_TLS_SAN": "envoy"},
 			want: asRatelimit(func(s *Settings) {
-				s.ConfigDir, s.GRPCTLSCert, s.GRPCTLSKey, s.GRPCTLSClientCA, s.GRPCTLSClientSAN = "/d/config", "/s.pem", "/s.key", "/ca.pem", "envoy"
+				s.ConfigDir, s.GRPCTLS.Cert, s.GRPCTLS.Key, s.GRPCTLS.ClientCA, s.GRPCTLS.ClientSAN = "/d/config", "/s.pem", "/s.key", "/ca.pem", "envoy"
 			}),
 			honoured: "RUNTIME_ROOT,GRPC_SERVER_USE_TLS,GRPC_SERVER_TLS_CERT,GRPC_SERVER_TLS_KEY,GRPC_CLIENT_TLS_CACERT,GRPC_CLIENT_TLS_SAN",
 		},
@@ -306,7 +306,7 @@ func TestRatelimitEnv(t *testing.T) {
 			env: map[string]string{"RUNTIME_ROOT": "/d", "GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/s.pem",
 				"GRPC_SERVER_TLS_KEY": "/s.key", "GRPC_CLIENT_TLS_SAN": "envoy"},
 			want: asRatelimit(func(s *Settings) {
-				s.ConfigDir, s.GRPCTLSCert, s.GRPCTLSKey = "/d/config", "/s.pem", "/s.key"
+				s.ConfigDir, s.GRPCTLS.Cert, s.GRPCTLS.Key = "/d/config", "/s.pem", "/s.key"
 			}),
 			honoured: "RUNTIME_ROOT,GRPC_SERVER_USE_TLS,GRPC_SERVER_TLS_CERT,GRPC_SERVER_TLS_KEY",
 			warnings: []string{"GRPC_CLIENT_TLS_SAN: ignored without GRPC_CLIENT_TLS_CACERT, as in envoyproxy/ratelimit"},
@@ -331,7 +331,7 @@ func TestRatelimitEnv(t *testing.T) {
 			name: "tracing over gRPC",
 			env:  map[string]string{"TRACING_ENABLED": "true", "TRACING_EXPORTER_PROTOCOL": "grpc", "TRACING_SAMPLING_RATE": "0.25", "TRACING_SERVICE_NAME": "rl"},
 			want: asRatelimit(func(s *Settings) {
-				s.TracingEndpoint, s.TracingSampleRatio = "http://localhost:4317", 0.25
+				s.Tracing.Endpoint, s.Tracing.SampleRatio = "http://localhost:4317", 0.25
 			}),
 			honoured: "TRACING_ENABLED,TRACING_EXPORTER_PROTOCOL,TRACING_SAMPLING_RATE",
 			warnings: []string{"TRACING_SERVICE_NAME: ignored: set OTEL_SERVICE_NAME instead"},
@@ -351,7 +351,7 @@ func TestRatelimitEnv(t *testing.T) {
 			args: []string{"--http-addr", "127.0.0.1:1", "--default-algorithm", "sliding_window_counter", "--default-charge", "admitted", "--settings", file},
 			env:  map[string]string{"RUNTIME_ROOT": "/d", "PORT": "9000", "TOLLGATE_RESPONSE_HEADERS": "ietf", "LIMIT_RESPONSE_HEADERS_ENABLED": "true"},
 			want: func(s *Settings) {
-				s.HTTPAddr, s.DefaultAlgorithm, s.ConfigDir, s.ResponseHeaders = "127.0.0.1:1", "sliding_window_counter", "/etc/mine", "ietf"
+				s.Listen.HTTP, s.Rules.DefaultAlgorithm, s.ConfigDir, s.Answers.Headers = "127.0.0.1:1", "sliding_window_counter", "/etc/mine", "ietf"
 			},
 			warnings: []string{
 				"RUNTIME_ROOT: ignored: tollgate's own setting config-dir wins",
@@ -371,7 +371,7 @@ func TestRatelimitEnv(t *testing.T) {
 	}{
 		name:     "local cache",
 		env:      map[string]string{"RUNTIME_ROOT": "/d", "LOCAL_CACHE_SIZE_IN_BYTES": "1048576"},
-		want:     asRatelimit(func(s *Settings) { s.ConfigDir, s.OverLimitCacheBytes = "/d/config", 1048576 }),
+		want:     asRatelimit(func(s *Settings) { s.ConfigDir, s.Redis.OverLimitCacheBytes = "/d/config", 1048576 }),
 		honoured: "RUNTIME_ROOT,LOCAL_CACHE_SIZE_IN_BYTES",
 	})
 	for _, tt := range tests {

@@ -28,24 +28,24 @@ func TestSettingsPrecedence(t *testing.T) {
 		{
 			name: "defaults",
 			want: func(s Settings) string {
-				return expect(s.GRPCAddr == ":8081" && s.HTTPAddr == ":8080" && s.DebugAddr == "127.0.0.1:6070" &&
-					s.Store == "memory" && s.DefaultAlgorithm == "token_bucket" && s.ResponseHeaders == "xratelimit" &&
-					!s.ResponseDynamicMetadata && s.DecisionMetadata && s.Precision == "strict" &&
-					s.LeaseInterval == 100*time.Millisecond && s.LeaseLifetime == 0, s)
+				return expect(s.Listen.GRPC == ":8081" && s.Listen.HTTP == ":8080" && s.Listen.Debug == "127.0.0.1:6070" &&
+					s.Store == "memory" && s.Rules.DefaultAlgorithm == "token_bucket" && s.Answers.Headers == "xratelimit" &&
+					!s.Answers.DynamicMetadata && s.Answers.DecisionMetadata && s.Rules.Precision == "strict" &&
+					s.Leases.Interval == 100*time.Millisecond && s.Leases.Lifetime == 0, s)
 			},
 		},
 		{
 			name: "dynamic metadata from the environment",
 			env:  map[string]string{"TOLLGATE_RESPONSE_DYNAMIC_METADATA": "true", "TOLLGATE_DECISION_METADATA": "false"},
 			want: func(s Settings) string {
-				return expect(s.ResponseDynamicMetadata && !s.DecisionMetadata, s)
+				return expect(s.Answers.DynamicMetadata && !s.Answers.DecisionMetadata, s)
 			},
 		},
 		{
 			name: "file over defaults",
 			args: []string{"--settings", file},
 			want: func(s Settings) string {
-				return expect(s.GRPCAddr == "127.0.0.1:1001" && s.LogLevel == "warn" && s.Store == "memory", s)
+				return expect(s.Listen.GRPC == "127.0.0.1:1001" && s.Log.Level == "warn" && s.Store == "memory", s)
 			},
 		},
 		{
@@ -53,7 +53,7 @@ func TestSettingsPrecedence(t *testing.T) {
 			args: []string{"--settings", file},
 			env:  map[string]string{"TOLLGATE_GRPC_ADDR": "127.0.0.1:1002", "TOLLGATE_SHADOW_MODE": "true"},
 			want: func(s Settings) string {
-				return expect(s.GRPCAddr == "127.0.0.1:1002" && s.HTTPAddr == "127.0.0.1:2001" && s.ShadowMode, s)
+				return expect(s.Listen.GRPC == "127.0.0.1:1002" && s.Listen.HTTP == "127.0.0.1:2001" && s.Rules.ShadowMode, s)
 			},
 		},
 		{
@@ -61,14 +61,14 @@ func TestSettingsPrecedence(t *testing.T) {
 			args: []string{"--redis-addrs", "a:1,b:2"},
 			env:  map[string]string{"TOLLGATE_REDIS_ADDRS": "c:3"},
 			want: func(s Settings) string {
-				return expect(len(s.RedisAddrs) == 2 && s.RedisAddrs[1] == "b:2", s)
+				return expect(len(s.Redis.Addrs) == 2 && s.Redis.Addrs[1] == "b:2", s)
 			},
 		},
 		{
 			name: "list from environment",
 			env:  map[string]string{"TOLLGATE_REDIS_ADDRS": "c:3,d:4"},
 			want: func(s Settings) string {
-				return expect(len(s.RedisAddrs) == 2 && s.RedisAddrs[0] == "c:3", s)
+				return expect(len(s.Redis.Addrs) == 2 && s.Redis.Addrs[0] == "c:3", s)
 			},
 		},
 		{
@@ -78,8 +78,8 @@ func TestSettingsPrecedence(t *testing.T) {
 				"TOLLGATE_TRACING_BATCH_TIMEOUT": "100ms",
 			},
 			want: func(s Settings) string {
-				return expect(s.TracingEndpoint == "https://collector:4317" && s.TracingSampleRatio == 0.25 &&
-					s.TracingBatchTimeout == 100*time.Millisecond, s)
+				return expect(s.Tracing.Endpoint == "https://collector:4317" && s.Tracing.SampleRatio == 0.25 &&
+					s.Tracing.BatchTimeout == 100*time.Millisecond, s)
 			},
 		},
 		{
@@ -87,20 +87,20 @@ func TestSettingsPrecedence(t *testing.T) {
 			env: map[string]string{"TOLLGATE_GRPC_TLS_CERT": "/tls/tls.crt", "TOLLGATE_GRPC_TLS_KEY": "/tls/tls.key",
 				"TOLLGATE_GRPC_TLS_CLIENT_CA": "/tls/ca.crt", "TOLLGATE_GRPC_TLS_CLIENT_SAN": "envoy.gateway.svc"},
 			want: func(s Settings) string {
-				return expect(s.GRPCTLSCert == "/tls/tls.crt" && s.GRPCTLSKey == "/tls/tls.key" &&
-					s.GRPCTLSClientCA == "/tls/ca.crt" && s.GRPCTLSClientSAN == "envoy.gateway.svc", s)
+				return expect(s.GRPCTLS.Cert == "/tls/tls.crt" && s.GRPCTLS.Key == "/tls/tls.key" &&
+					s.GRPCTLS.ClientCA == "/tls/ca.crt" && s.GRPCTLS.ClientSAN == "envoy.gateway.svc", s)
 			},
 		},
 		{
 			name: "over-limit cache from the environment",
 			env:  map[string]string{"TOLLGATE_OVER_LIMIT_CACHE_BYTES": "1048576"},
-			want: func(s Settings) string { return expect(s.OverLimitCacheBytes == 1<<20, s) },
+			want: func(s Settings) string { return expect(s.Redis.OverLimitCacheBytes == 1<<20, s) },
 		},
 		{
 			name: "precision and leases from the environment",
 			env:  map[string]string{"TOLLGATE_PRECISION": "cached", "TOLLGATE_LEASE_INTERVAL": "50ms", "TOLLGATE_LEASE_LIFETIME": "1s"},
 			want: func(s Settings) string {
-				return expect(s.Precision == "cached" && s.LeaseInterval == 50*time.Millisecond && s.LeaseLifetime == time.Second, s)
+				return expect(s.Rules.Precision == "cached" && s.Leases.Interval == 50*time.Millisecond && s.Leases.Lifetime == time.Second, s)
 			},
 		},
 		{
@@ -108,7 +108,7 @@ func TestSettingsPrecedence(t *testing.T) {
 			args: []string{"--settings", file, "--grpc-addr", "127.0.0.1:1003", "--memory-max-keys", "5"},
 			env:  map[string]string{"TOLLGATE_GRPC_ADDR": "127.0.0.1:1002", "TOLLGATE_MEMORY_MAX_KEYS": "7"},
 			want: func(s Settings) string {
-				return expect(s.GRPCAddr == "127.0.0.1:1003" && s.MemoryMaxKeys == 5, s)
+				return expect(s.Listen.GRPC == "127.0.0.1:1003" && s.Limits.MemoryMaxKeys == 5, s)
 			},
 		},
 	}
@@ -155,12 +155,12 @@ func TestRedisPassword(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if string(s.RedisPassword) != tt.want {
-				t.Fatalf("password %q, want %q", string(s.RedisPassword), tt.want)
+			if string(s.Redis.Password) != tt.want {
+				t.Fatalf("password %q, want %q", string(s.Redis.Password), tt.want)
 			}
 			var logged strings.Builder
-			slog.New(slog.NewTextHandler(&logged, nil)).Info("settings", "settings", s, "password", s.RedisPassword)
-			for _, out := range []string{fmt.Sprintf("%v %+v %#v %s", s, s, s, s.RedisPassword), logged.String()} {
+			slog.New(slog.NewTextHandler(&logged, nil)).Info("settings", "settings", s, "password", s.Redis.Password)
+			for _, out := range []string{fmt.Sprintf("%v %+v %#v %s", s, s, s, s.Redis.Password), logged.String()} {
 				if strings.Contains(out, tt.want) {
 					t.Fatalf("the password leaks into %q", out)
 				}
@@ -242,7 +242,7 @@ func TestTracingSampler(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprint(tt.ratio), func(t *testing.T) {
-			s := Settings{TracingEndpoint: "http://c:4317", TracingSampleRatio: tt.ratio, TracingBatchTimeout: time.Second}
+			s := TracingSettings{Endpoint: "http://c:4317", SampleRatio: tt.ratio, BatchTimeout: time.Second}
 			opts := s.telemetryOptions()
 			got := ""
 			if opts.Sampler != nil {
@@ -320,7 +320,7 @@ func TestDefaultCharge(t *testing.T) {
 				t.Fatal(err)
 			}
 			if opts.DefaultCharge != tt.want {
-				t.Errorf("DefaultCharge = %v (setting %q), want %v", opts.DefaultCharge, s.DefaultCharge, tt.want)
+				t.Errorf("DefaultCharge = %v (setting %q), want %v", opts.DefaultCharge, s.Rules.DefaultCharge, tt.want)
 			}
 			var buf strings.Builder
 			s.ratelimitEnv.Log(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
@@ -395,9 +395,9 @@ func TestXDSSettingsFromEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	md, _ := s.nodeMetadata()
-	h, _ := s.headers()
-	if s.ConfigType != "xds" || s.XDSServer != "envoy-gateway:18001" || !s.ForceStart || md["cluster"] != "eg" || h["x-a"] != "1" || h["x-b"] != "2" {
-		t.Fatalf("settings = %+v, metadata %v, headers %v", s.XDSSettings, md, h)
+	md, _ := s.XDS.nodeMetadata()
+	h, _ := s.XDS.headers()
+	if s.XDS.ConfigType != "xds" || s.XDS.Server != "envoy-gateway:18001" || !s.XDS.ForceStart || md["cluster"] != "eg" || h["x-a"] != "1" || h["x-b"] != "2" {
+		t.Fatalf("settings = %+v, metadata %v, headers %v", s.XDS, md, h)
 	}
 }

@@ -18,26 +18,26 @@ import (
 )
 
 // XDSSettings choose where the rules come from and, for xDS, how to reach
-// the server. They are part of Settings.
+// the server.
 type XDSSettings struct {
-	ConfigType       string        `mapstructure:"config-type"`
-	XDSServer        string        `mapstructure:"xds-server"`
-	XDSNodeID        string        `mapstructure:"xds-node-id"`
-	XDSNodeMetadata  string        `mapstructure:"xds-node-metadata"`
-	XDSHeaders       Secret        `mapstructure:"xds-headers"` // may carry tokens: never printed
-	XDSRetryInterval time.Duration `mapstructure:"xds-retry-interval"`
-	XDSTLS           bool          `mapstructure:"xds-tls"`
-	XDSTLSCA         string        `mapstructure:"xds-tls-ca"`
-	XDSTLSCert       string        `mapstructure:"xds-tls-cert"`
-	XDSTLSKey        string        `mapstructure:"xds-tls-key"`
-	XDSTLSSAN        string        `mapstructure:"xds-tls-san"`
+	// ConfigType is file (ConfigDir, watched) or xds.
+	ConfigType    string        `mapstructure:"config-type"`
+	Server        string        `mapstructure:"xds-server"`
+	NodeID        string        `mapstructure:"xds-node-id"`
+	NodeMetadata  string        `mapstructure:"xds-node-metadata"`
+	Headers       Secret        `mapstructure:"xds-headers"` // may carry tokens: never printed
+	RetryInterval time.Duration `mapstructure:"xds-retry-interval"`
+	TLS           bool          `mapstructure:"xds-tls"`
+	TLSCA         string        `mapstructure:"xds-tls-ca"`
+	TLSCert       string        `mapstructure:"xds-tls-cert"`
+	TLSKey        string        `mapstructure:"xds-tls-key"`
+	TLSSAN        string        `mapstructure:"xds-tls-san"`
 	// ForceStart serves with no rules (every descriptor OK) until the
 	// first xDS update, rather than staying unready.
 	ForceStart bool `mapstructure:"force-start-without-initial-config"`
 }
 
-// xdsFlags declares the XDSSettings flags in fs.
-func xdsFlags(fs *pflag.FlagSet) {
+func (XDSSettings) flags(fs *pflag.FlagSet) {
 	fs.String("config-type", "file", "where the rules come from: file (--config-dir, watched) or xds (RateLimitConfig resources from --xds-server)")
 	fs.String("xds-server", xds.DefaultServer, "xds: the xDS server's address (gRPC target)")
 	fs.String("xds-node-id", xds.DefaultNodeID, "xds: the node id sent to the server")
@@ -68,32 +68,32 @@ func (x XDSSettings) validate() error {
 	if _, err := x.headers(); err != nil {
 		errs = append(errs, err)
 	}
-	if x.XDSRetryInterval <= 0 {
-		errs = append(errs, fmt.Errorf("xds-retry-interval: must be positive, got %v", x.XDSRetryInterval))
+	if x.RetryInterval <= 0 {
+		errs = append(errs, fmt.Errorf("xds-retry-interval: must be positive, got %v", x.RetryInterval))
 	}
-	if x.XDSTLS && (x.XDSTLSCert == "") != (x.XDSTLSKey == "") {
+	if x.TLS && (x.TLSCert == "") != (x.TLSKey == "") {
 		errs = append(errs, errors.New("xds-tls-cert, xds-tls-key: give both or neither"))
 	}
 	return errors.Join(errs...)
 }
 
 func (x XDSSettings) nodeMetadata() (map[string]string, error) {
-	if x.XDSNodeMetadata == "" {
+	if x.NodeMetadata == "" {
 		return nil, nil
 	}
 	var md map[string]string
-	if err := json.Unmarshal([]byte(x.XDSNodeMetadata), &md); err != nil {
+	if err := json.Unmarshal([]byte(x.NodeMetadata), &md); err != nil {
 		return nil, fmt.Errorf("xds-node-metadata: want a JSON object of strings: %w", err)
 	}
 	return md, nil
 }
 
 func (x XDSSettings) headers() (map[string]string, error) {
-	if x.XDSHeaders == "" {
+	if x.Headers == "" {
 		return nil, nil
 	}
 	h := map[string]string{}
-	for pair := range strings.SplitSeq(string(x.XDSHeaders), ",") {
+	for pair := range strings.SplitSeq(string(x.Headers), ",") {
 		name, value, ok := strings.Cut(strings.TrimSpace(pair), "=")
 		if !ok || name == "" {
 			return nil, fmt.Errorf("xds-headers: %q is not name=value", pair)
@@ -111,7 +111,7 @@ func newXDS(s Settings, logger *slog.Logger, meters metric.MeterProvider, onChan
 	if err != nil {
 		return nil, nil, err
 	}
-	x := s.XDSSettings
+	x := s.XDS
 	var initial *descriptor.Tree
 	if x.ForceStart {
 		if initial, err = descriptor.LoadFS(fstest.MapFS{}, opts); err != nil {
@@ -132,12 +132,12 @@ func newXDS(s Settings, logger *slog.Logger, meters metric.MeterProvider, onChan
 	}
 	copts := xds.Options{
 		Rules: rules, Descriptor: opts,
-		Server: x.XDSServer, NodeID: x.XDSNodeID, NodeMetadata: md, Headers: headers,
-		RetryInterval: x.XDSRetryInterval,
+		Server: x.Server, NodeID: x.NodeID, NodeMetadata: md, Headers: headers,
+		RetryInterval: x.RetryInterval,
 		Logger:        logger, MeterProvider: meters,
 	}
-	if x.XDSTLS {
-		if copts.TLS, err = xds.ClientTLS(xds.TLSFiles{CA: x.XDSTLSCA, Cert: x.XDSTLSCert, Key: x.XDSTLSKey, SAN: x.XDSTLSSAN}); err != nil {
+	if x.TLS {
+		if copts.TLS, err = xds.ClientTLS(xds.TLSFiles{CA: x.TLSCA, Cert: x.TLSCert, Key: x.TLSKey, SAN: x.TLSSAN}); err != nil {
 			return nil, nil, err
 		}
 	}

@@ -44,8 +44,8 @@ func startXDSServer(t *testing.T) (addr string, cache cachev3.SnapshotCache) {
 func startXDSApp(t *testing.T, addr string, forceStart bool) (grpcAddr, httpAddr string) {
 	t.Helper()
 	r := apptest.Start(t, "", apptest.Options{Settings: func(s *app.Settings) {
-		s.ConfigType, s.XDSServer, s.XDSNodeID, s.XDSRetryInterval = "xds", addr, "tollgate-app-test", 20*time.Millisecond
-		s.ForceStart = forceStart
+		s.XDS.ConfigType, s.XDS.Server, s.XDS.NodeID, s.XDS.RetryInterval = "xds", addr, "tollgate-app-test", 20*time.Millisecond
+		s.XDS.ForceStart = forceStart
 	}})
 	return r.GRPCAddr, r.HTTPAddr
 }

@@ -134,7 +134,7 @@ func TestHealth(t *testing.T) {
 // breaker opens.
 func TestHealthNotServing(t *testing.T) {
 	grpcAddr := apptest.Start(t, "../../config-examples", apptest.Options{Settings: func(s *app.Settings) {
-		s.Store, s.RedisAddrs, s.BreakerFailures = "redis", []string{closedPort(t)}, 1
+		s.Store, s.Redis.Addrs, s.Failure.BreakerFailures = "redis", []string{closedPort(t)}, 1
 	}}).GRPCAddr
 	client, err := rlsclient.Dial(grpcAddr)
 	if err != nil {

@@ -44,7 +44,7 @@ environment, and the environment over the file.`,
 		if err != nil {
 			return err
 		}
-		logger, err := app.NewLogger(s, c.stderr)
+		logger, err := s.Log.NewLogger(c.stderr)
 		if err != nil {
 			return err
 		}

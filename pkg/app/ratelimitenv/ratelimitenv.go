@@ -51,8 +51,8 @@ type variable struct {
 	// Trigger marks the variables whose presence makes the environment
 	// envoyproxy/ratelimit's.
 	Trigger bool
-	// Apply maps the variable (and those read with it) onto v; nil when
-	// another row's Apply reads it.
+	// Apply maps the variable (and those read with it) onto the settings
+	// through m; nil when another row's Apply reads it.
 	Apply func(m *envMapping, name, val string)
 	// Note says what tollgate does with it, for the README's table.
 	Note string
@@ -253,7 +253,7 @@ func (r Report) Log(logger *slog.Logger) {
 
 // envMapping carries one mapping run.
 type envMapping struct {
-	v      Source
+	v      Source // the settings
 	getenv func(string) string
 	own    map[string]bool // settings tollgate's own sources set
 	report *Report
