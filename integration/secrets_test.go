@@ -2,13 +2,27 @@ package integration
 
 import (
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/tollgatehq/tollgate/integration/redistest"
 	"github.com/tollgatehq/tollgate/pkg/app"
@@ -252,6 +266,69 @@ func TestSecretsAdminTokensStayOut(t *testing.T) {
 			if strings.Contains(text, token) {
 				t.Errorf("%s shows the admin token %q", where, token)
 			}
+		}
+	}
+}
+
+// TestSecretsXDSHeadersStayOut takes the rules over xDS from a server that
+// needs a token in the stream's headers (--xds-headers), loses the server,
+// and checks that the token reached the server but appears nowhere in the
+// logs (debug level), /debug/config, /metrics or /readyz.
+func TestSecretsXDSHeadersStayOut(t *testing.T) {
+	const token = "xds-bearer-token-3f8a"
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var presented atomic.Bool
+	srv := grpc.NewServer(grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		md, _ := metadata.FromIncomingContext(ss.Context())
+		if !slices.Contains(md.Get("authorization"), "Bearer "+token) {
+			return status.Error(codes.Unauthenticated, "no token")
+		}
+		presented.Store(true)
+		return handler(srv, ss)
+	}))
+	cache := cachev3.NewSnapshotCache(true, cachev3.IDHash{}, nil)
+	discoveryv3.RegisterAggregatedDiscoveryServiceServer(srv, serverv3.NewServer(t.Context(), cache, nil))
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	snap, err := cachev3.NewSnapshot("1", map[resourcev3.Type][]types.Resource{resourcev3.RateLimitConfigType: {
+		&rlsconfv3.RateLimitConfig{Name: "api", Domain: "api", Descriptors: []*rlsconfv3.RateLimitDescriptor{{
+			Key: "api_key", RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_MINUTE, RequestsPerUnit: 5},
+		}}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cache.SetSnapshot(t.Context(), "secrets-test", snap); err != nil {
+		t.Fatal(err)
+	}
+
+	var logs logtest.Buffer
+	svc := startServiceLogging(t, "", &logs, func(s *app.Settings) {
+		s.XDS.ConfigType, s.XDS.Server, s.XDS.NodeID, s.XDS.RetryInterval = "xds", lis.Addr().String(), "secrets-test", 20*time.Millisecond
+		s.XDS.Headers = "Authorization=Bearer " + token
+	})
+	eventually(t, settle, "the rules over xDS", func() bool {
+		return strings.Contains(svc.get(t, svc.debugAddr, "/debug/config"), "api_key")
+	})
+	if !presented.Load() {
+		t.Fatal("the rules loaded without the token reaching the server")
+	}
+	srv.Stop()
+	eventually(t, settle, "the lost server to be logged", func() bool {
+		return strings.Contains(logs.String(), "xDS stream ended")
+	})
+	seen := map[string]string{
+		"logs":          logs.String(),
+		"/debug/config": svc.get(t, svc.debugAddr, "/debug/config"),
+		"/metrics":      svc.get(t, svc.httpAddr, "/metrics"),
+		"/readyz":       svc.get(t, svc.httpAddr, "/readyz"),
+	}
+	for where, text := range seen {
+		if strings.Contains(text, token) {
+			t.Errorf("%s shows the xDS token", where)
 		}
 	}
 }

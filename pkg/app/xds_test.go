@@ -20,6 +20,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/apptest"
 	"github.com/tollgatehq/tollgate/pkg/app"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
+	"github.com/tollgatehq/tollgate/pkg/polltest"
 	"github.com/tollgatehq/tollgate/pkg/rlsclient"
 )
 
@@ -94,17 +95,6 @@ func TestXDSRules(t *testing.T) {
 		}
 		return out
 	}
-	poll := func(t *testing.T, cond func() bool, what string) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("after 10 s: %s", what)
-			}
-			time.Sleep(5 * time.Millisecond) // polling interval, not a wait for an event
-		}
-	}
-
 	t.Run("waits for the first config", func(t *testing.T) {
 		addr, cache := startXDSServer(t)
 		grpcAddr, httpAddr := startXDSApp(t, addr, false)
@@ -125,7 +115,7 @@ func TestXDSRules(t *testing.T) {
 		if err := cache.SetSnapshot(t.Context(), "tollgate-app-test", snap); err != nil {
 			t.Fatal(err)
 		}
-		poll(t, func() bool { return readyz(t, httpAddr) == http.StatusOK }, "never ready after the first config")
+		polltest.Eventually(t, 10*time.Second, func() bool { return readyz(t, httpAddr) == http.StatusOK }, "never ready after the first config")
 		if st := grpcHealth(t, grpcAddr); st != healthpb.HealthCheckResponse_SERVING {
 			t.Fatalf("gRPC health after the first config = %v, want SERVING", st)
 		}
