@@ -16,8 +16,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/tollgatehq/tollgate/internal/logtest"
 	"github.com/tollgatehq/tollgate/pkg/app"
-	"github.com/tollgatehq/tollgate/pkg/logtest"
 	"github.com/tollgatehq/tollgate/pkg/rlsclient"
 	"github.com/tollgatehq/tollgate/pkg/tlsfiles/tlsfilestest"
 )

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgatehq/tollgate/pkg/logtest"
+	"github.com/tollgatehq/tollgate/internal/logtest"
+	"github.com/tollgatehq/tollgate/internal/polltest"
 	"github.com/tollgatehq/tollgate/pkg/override"
-	"github.com/tollgatehq/tollgate/pkg/polltest"
 )
 
 const (

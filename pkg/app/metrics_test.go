@@ -13,7 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
-	"github.com/tollgatehq/tollgate/integration/redistest"
+	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/rlsclient"
 	"github.com/tollgatehq/tollgate/pkg/version"
