@@ -216,7 +216,7 @@ func TestTokenBucketIsOneInteger(t *testing.T) {
 		var at int64
 		for range 3 {
 			var err error
-			if at, err = redis.ApplyAt(s, ctx, []store.Hit{hit("u1", l, 1)}, make([]algorithm.Verdict, 1)); err != nil {
+			if at, err = s.ApplyAt(ctx, []store.Hit{hit("u1", l, 1)}, make([]algorithm.Verdict, 1)); err != nil {
 				t.Fatal(err)
 			}
 		}
