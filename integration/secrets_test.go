@@ -11,6 +11,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/tollgatehq/tollgate/internal/logtest"
+	"github.com/tollgatehq/tollgate/internal/polltest"
 	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/pkg/app"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
@@ -40,9 +41,9 @@ func TestSecretsStayOut(t *testing.T) {
 				tweak(s)
 			})
 			writeFile(t, svc.dir+"/api.yaml", searchRules)
-			eventually(t, settle, "the rules to load", func() bool {
+			polltest.EventuallyEvery(t, settle, pollEvery, func() bool {
 				return strings.Contains(svc.get(t, svc.debugAddr, "/debug/config"), "search")
-			})
+			}, "the rules to load")
 			for range 10 { // enough failures to open the breaker
 				svc.query(t, "api", []descriptor.Entry{{Key: "api_key", Value: "k"}, {Key: "endpoint", Value: "/search"}})
 			}
@@ -134,14 +135,14 @@ func TestSecretsRatelimitAuthStaysOut(t *testing.T) {
 				"DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": port(debugAddr),
 			})
 			svc := &service{grpcAddr: grpcAddr, httpAddr: httpAddr, debugAddr: debugAddr}
-			eventually(t, settle, "the rules to load", func() bool {
+			polltest.EventuallyEvery(t, settle, pollEvery, func() bool {
 				resp, err := http.Get("http://" + debugAddr + "/debug/config")
 				if err != nil {
 					return false
 				}
 				resp.Body.Close()
 				return resp.StatusCode == http.StatusOK
-			})
+			}, "the rules to load")
 			client, err := rlsclient.Dial(grpcAddr)
 			if err != nil {
 				t.Fatal(err)
@@ -160,10 +161,10 @@ func TestSecretsRatelimitAuthStaysOut(t *testing.T) {
 					}
 				}
 			} else {
-				eventually(t, settle, "the authentication failure to be logged", func() bool {
+				polltest.EventuallyEvery(t, settle, pollEvery, func() bool {
 					svc.query(t, "eg", desc)
 					return strings.Contains(logs.String(), "WRONGPASS")
-				})
+				}, "the authentication failure to be logged")
 			}
 			seen := map[string]string{
 				"logs":          logs.String(),
@@ -202,9 +203,9 @@ func TestSecretsAdminTokensStayOut(t *testing.T) {
 		s.AdminTokenFile, s.AdminToken, s.AuditLog = tokenFile, envToken, auditFile
 	})
 	writeFile(t, svc.dir+"/api.yaml", searchRules)
-	eventually(t, settle, "the rules to load", func() bool {
+	polltest.EventuallyEvery(t, settle, pollEvery, func() bool {
 		return strings.Contains(svc.get(t, svc.debugAddr, "/debug/config"), "search")
-	})
+	}, "the rules to load")
 	call := func(token, method, path, body string) int {
 		req, err := http.NewRequest(method, "http://"+svc.httpAddr+path, strings.NewReader(body))
 		if err != nil {
