@@ -47,7 +47,7 @@ bench: build redis ## Run the Go benchmarks, the Redis load test (tollgate bench
 	$(GO) test -p 1 -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
 	$(GO) run ./integration/loadtest -bin $(BIN)
 	@echo "== accuracy of leased budgets at full load (the fleet test: 3 instances on one Redis)"
-	@$(GO) test -count=1 -run '^TestCachedFleet$$' -v ./pkg/store/redis | grep -o 'RESULT.*'
+	@$(GO) test -count=1 -run '^TestCachedFleet$$' -v ./integration | grep -o 'RESULT.*'
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each, from its committed corpus.

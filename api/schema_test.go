@@ -14,6 +14,7 @@ import (
 	"testing/fstest"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"golang.org/x/tools/txtar"
 	"gopkg.in/yaml.v3"
 
 	"github.com/tollgatehq/tollgate/api"
@@ -246,37 +247,6 @@ func mirrored(msg string) (bool, error) {
 	return false, fmt.Errorf("unclassified decoder error %q: add it to goldenClasses", msg)
 }
 
-// goldenFile is one input file of a golden case.
-type goldenFile struct{ name, data string }
-
-// parseGolden splits a testdata file of package descriptor (see its
-// golden_test.go) into its input files and its "want" or "error" section.
-func parseGolden(text string) (files []goldenFile, kind, expected string) {
-	name := ""
-	var body strings.Builder
-	flush := func() {
-		switch name {
-		case "":
-		case "want", "error":
-			kind, expected = name, body.String()
-		default:
-			files = append(files, goldenFile{name, body.String()})
-		}
-		body.Reset()
-	}
-	for line := range strings.Lines(text) {
-		trimmed := strings.TrimSuffix(line, "\n")
-		if strings.HasPrefix(trimmed, "-- ") && strings.HasSuffix(trimmed, " --") && len(trimmed) > 6 {
-			flush()
-			name = trimmed[3 : len(trimmed)-3]
-			continue
-		}
-		body.WriteString(line)
-	}
-	flush()
-	return files, kind, expected
-}
-
 // TestGoldenInputs validates the input files of the decoder's golden
 // cases: the schema accepts every case the decoder accepts, rejects every
 // case with an error it mirrors, and accepts the cases whose errors are
@@ -292,11 +262,23 @@ func TestGoldenInputs(t *testing.T) {
 	}
 	for _, p := range paths {
 		t.Run(strings.TrimSuffix(filepath.Base(p), ".txt"), func(t *testing.T) {
-			raw, err := os.ReadFile(p)
+			// A golden case is a txtar archive of input files and a
+			// "want" or "error" section (see package descriptor's
+			// golden_test.go).
+			a, err := txtar.ParseFile(p)
 			if err != nil {
 				t.Fatal(err)
 			}
-			files, kind, expected := parseGolden(string(raw))
+			var files []txtar.File
+			kind, expected := "", ""
+			for _, f := range a.Files {
+				switch f.Name {
+				case "want", "error":
+					kind, expected = f.Name, string(f.Data)
+				default:
+					files = append(files, f)
+				}
+			}
 			wantReject := false
 			switch kind {
 			case "want":
@@ -313,11 +295,11 @@ func TestGoldenInputs(t *testing.T) {
 			}
 			var rejected []string
 			for _, f := range files {
-				if !configFile(f.name) {
+				if !configFile(f.Name) {
 					continue
 				}
-				if err := validate(sch, []byte(f.data)); err != nil {
-					rejected = append(rejected, fmt.Sprintf("%s: %v", f.name, leaves(err)))
+				if err := validate(sch, f.Data); err != nil {
+					rejected = append(rejected, fmt.Sprintf("%s: %v", f.Name, leaves(err)))
 				}
 			}
 			switch {

@@ -9,7 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgatehq/tollgate/integration/redistest"
+	"github.com/tollgatehq/tollgate/internal/polltest"
+	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/pkg/app"
 )
 
@@ -112,17 +113,17 @@ func TestDashboardQueriesExportedMetrics(t *testing.T) {
 	// A reload.
 	before, _, _ := strings.Cut(svc.get(t, svc.debugAddr, "/debug/config"), "\n")
 	writeFile(t, filepath.Join(dir, "more.yaml"), "domain: more\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
-	eventually(t, 10*time.Second, "the reload to be counted", func() bool {
+	polltest.EventuallyEvery(t, 10*time.Second, pollEvery, func() bool {
 		now, _, _ := strings.Cut(svc.get(t, svc.debugAddr, "/debug/config"), "\n")
 		return now != before && strings.Contains(svc.get(t, svc.httpAddr, "/metrics"), `tollgate_config_reloads_total{`)
-	})
+	}, "the reload to be counted")
 	// Redis gone: store errors, and the breaker opens.
 	srv.Kill()
-	eventually(t, 10*time.Second, "the breaker to open", func() bool {
+	polltest.EventuallyEvery(t, 10*time.Second, pollEvery, func() bool {
 		svc.query(t, "api", search)
 		return strings.Contains(svc.get(t, svc.httpAddr, "/metrics"), `tollgate_breaker_state{breaker="redis"`) &&
 			strings.Contains(svc.get(t, svc.httpAddr, "/metrics"), `tollgate_breaker_changes_total{`)
-	})
+	}, "the breaker to open")
 	exported := seriesNames(svc.get(t, svc.httpAddr, "/metrics"))
 
 	d := loadDashboard(t)

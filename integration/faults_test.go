@@ -16,7 +16,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/tollgatehq/tollgate/integration/redistest"
+	"github.com/tollgatehq/tollgate/internal/polltest"
+	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/pkg/app"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/limiter"
@@ -88,7 +89,7 @@ func TestFaultClusterFailover(t *testing.T) {
 		// Recovery is the replica's promotion, which the cluster does by
 		// itself; wait for it so the report separates it from tollgate's
 		// own time to resume.
-		eventually(t, settle, "the replica's promotion", func() bool { return c.MasterOfSlot(int(slot)) != victim })
+		polltest.EventuallyEvery(t, settle, pollEvery, func() bool { return c.MasterOfSlot(int(slot)) != victim }, "the replica's promotion")
 	})
 }
 
@@ -117,18 +118,18 @@ func testFault(t *testing.T, redisType string, addrs []string, fault, mend func(
 
 	faultAt := time.Now()
 	fault()
-	eventually(t, settle, "the breaker to open", func() bool { return !storeHealthy() })
+	polltest.EventuallyEvery(t, settle, pollEvery, func() bool { return !storeHealthy() }, "the breaker to open")
 	openedAfter := time.Since(faultAt)
 	// Stay down for answers from the open breaker and for a failed probe,
 	// which opens it again.
 	load.waitFor(t, 300, time.Now())
-	eventually(t, settle, "a failed probe to open the breaker again", func() bool {
+	polltest.EventuallyEvery(t, settle, pollEvery, func() bool {
 		return svc.breakerChanges(t, "open") >= 2
-	})
+	}, "a failed probe to open the breaker again")
 	mendAt := time.Now()
 	mend()
 	mended := time.Since(mendAt)
-	eventually(t, settle, "the breaker to close", func() bool { return storeHealthy() })
+	polltest.EventuallyEvery(t, settle, pollEvery, func() bool { return storeHealthy() }, "the breaker to close")
 	resumedAfter := time.Since(mendAt)
 	load.waitFor(t, 100, time.Now())
 	load.halt()
@@ -169,9 +170,9 @@ func testFault(t *testing.T, redisType string, addrs []string, fault, mend func(
 		mended.Round(time.Millisecond), (resumedAfter - mended).Round(time.Millisecond))
 
 	// No pile-up: goroutines and heap return to where they were.
-	eventually(t, settle, fmt.Sprintf("goroutines back to %d", goroutines), func() bool {
+	polltest.EventuallyEvery(t, settle, pollEvery, func() bool {
 		return runtime.NumGoroutine() <= goroutines+5
-	})
+	}, "goroutines back to %d", goroutines)
 	if got := heapInUse(); got > heap+32<<20 {
 		t.Errorf("heap in use %d MB after the fault, %d MB before", got>>20, heap>>20)
 	}
@@ -298,7 +299,7 @@ func startLoad(t *testing.T, client *rlsclient.Client, workers int) *load {
 // waitFor polls until n calls have started since from.
 func (l *load) waitFor(t *testing.T, n int, from time.Time) {
 	t.Helper()
-	eventually(t, settle, fmt.Sprintf("%d calls", n), func() bool {
+	polltest.EventuallyEvery(t, settle, pollEvery, func() bool {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		count := 0
@@ -308,7 +309,7 @@ func (l *load) waitFor(t *testing.T, n int, from time.Time) {
 			}
 		}
 		return count >= n
-	})
+	}, "%d calls", n)
 }
 
 // halt stops the load and waits for its goroutines; it may be called
@@ -388,10 +389,10 @@ func testStartsWithoutRedis(t *testing.T, notServing bool) {
 		readyz = "not ready: store unavailable, circuit breaker open"
 		server = healthpb.HealthCheckResponse_NOT_SERVING
 	}
-	eventually(t, settle, "/readyz to report the open breaker", func() bool {
+	polltest.EventuallyEvery(t, settle, pollEvery, func() bool {
 		svc.query(t, "faults", entries("tenant", faultTenant, "mode", "open"))
 		return strings.HasPrefix(svc.get(t, svc.httpAddr, "/readyz"), readyz)
-	})
+	}, "/readyz to report the open breaker")
 	if got := svc.health(t, rls.StoreServiceName); got != healthpb.HealthCheckResponse_NOT_SERVING {
 		t.Errorf("health of %s with the breaker open: %v", rls.StoreServiceName, got)
 	}
@@ -404,9 +405,9 @@ func testStartsWithoutRedis(t *testing.T, notServing bool) {
 	// With no traffic at all, as when health checks took the instance out
 	// of rotation, the breaker's own probes find Redis back.
 	srv.Restart()
-	eventually(t, settle, "/readyz to report Redis back without traffic", func() bool {
+	polltest.EventuallyEvery(t, settle, pollEvery, func() bool {
 		return svc.get(t, svc.httpAddr, "/readyz") == "OK\n"
-	})
+	}, "/readyz to report Redis back without traffic")
 	exactCheck(t, svc, "after")
 	for _, service := range []string{"", rls.ServiceName, rls.StoreServiceName} {
 		if got := svc.health(t, service); got != healthpb.HealthCheckResponse_SERVING {

@@ -14,10 +14,11 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/tollgatehq/tollgate/integration/redistest"
+	"github.com/tollgatehq/tollgate/internal/logtest"
+	"github.com/tollgatehq/tollgate/internal/polltest"
+	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/pkg/cli"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
-	"github.com/tollgatehq/tollgate/pkg/logtest"
 	"github.com/tollgatehq/tollgate/pkg/rlsclient"
 )
 
@@ -89,14 +90,14 @@ func TestServesRatelimitEnvironment(t *testing.T) {
 	}
 	logs := startFromEnv(t, env)
 
-	eventually(t, 10*time.Second, "GET /healthcheck on PORT answers 200", func() bool {
+	polltest.EventuallyEvery(t, 10*time.Second, pollEvery, func() bool {
 		resp, err := http.Get("http://" + httpAddr + "/healthcheck")
 		if err != nil {
 			return false
 		}
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
-	})
+	}, "GET /healthcheck on PORT answers 200")
 	client, err := rlsclient.Dial(grpcAddr)
 	if err != nil {
 		t.Fatal(err)

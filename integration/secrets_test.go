@@ -24,10 +24,11 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/tollgatehq/tollgate/integration/redistest"
+	"github.com/tollgatehq/tollgate/internal/logtest"
+	"github.com/tollgatehq/tollgate/internal/polltest"
+	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/pkg/app"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
-	"github.com/tollgatehq/tollgate/pkg/logtest"
 	"github.com/tollgatehq/tollgate/pkg/rlsclient"
 	"github.com/tollgatehq/tollgate/pkg/store/redis"
 	"github.com/tollgatehq/tollgate/pkg/tlsfiles/tlsfilestest"
@@ -54,9 +55,9 @@ func TestSecretsStayOut(t *testing.T) {
 				tweak(s)
 			})
 			writeFile(t, svc.dir+"/api.yaml", searchRules)
-			eventually(t, settle, "the rules to load", func() bool {
+			polltest.EventuallyEvery(t, settle, pollEvery, func() bool {
 				return strings.Contains(svc.get(t, svc.debugAddr, "/debug/config"), "search")
-			})
+			}, "the rules to load")
 			for range 10 { // enough failures to open the breaker
 				svc.query(t, "api", []descriptor.Entry{{Key: "api_key", Value: "k"}, {Key: "endpoint", Value: "/search"}})
 			}
@@ -148,14 +149,14 @@ func TestSecretsRatelimitAuthStaysOut(t *testing.T) {
 				"DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": port(debugAddr),
 			})
 			svc := &service{grpcAddr: grpcAddr, httpAddr: httpAddr, debugAddr: debugAddr}
-			eventually(t, settle, "the rules to load", func() bool {
+			polltest.EventuallyEvery(t, settle, pollEvery, func() bool {
 				resp, err := http.Get("http://" + debugAddr + "/debug/config")
 				if err != nil {
 					return false
 				}
 				resp.Body.Close()
 				return resp.StatusCode == http.StatusOK
-			})
+			}, "the rules to load")
 			client, err := rlsclient.Dial(grpcAddr)
 			if err != nil {
 				t.Fatal(err)
@@ -174,10 +175,10 @@ func TestSecretsRatelimitAuthStaysOut(t *testing.T) {
 					}
 				}
 			} else {
-				eventually(t, settle, "the authentication failure to be logged", func() bool {
+				polltest.EventuallyEvery(t, settle, pollEvery, func() bool {
 					svc.query(t, "eg", desc)
 					return strings.Contains(logs.String(), "WRONGPASS")
-				})
+				}, "the authentication failure to be logged")
 			}
 			seen := map[string]string{
 				"logs":          logs.String(),
@@ -216,9 +217,9 @@ func TestSecretsAdminTokensStayOut(t *testing.T) {
 		s.Admin.TokenFile, s.Admin.Token, s.Admin.AuditLog = tokenFile, envToken, auditFile
 	})
 	writeFile(t, svc.dir+"/api.yaml", searchRules)
-	eventually(t, settle, "the rules to load", func() bool {
+	polltest.EventuallyEvery(t, settle, pollEvery, func() bool {
 		return strings.Contains(svc.get(t, svc.debugAddr, "/debug/config"), "search")
-	})
+	}, "the rules to load")
 	call := func(token, method, path, body string) int {
 		req, err := http.NewRequest(method, "http://"+svc.httpAddr+path, strings.NewReader(body))
 		if err != nil {
@@ -310,16 +311,16 @@ func TestSecretsXDSHeadersStayOut(t *testing.T) {
 		s.XDS.ConfigType, s.XDS.Server, s.XDS.NodeID, s.XDS.RetryInterval = "xds", lis.Addr().String(), "secrets-test", 20*time.Millisecond
 		s.XDS.Headers = "Authorization=Bearer " + token
 	})
-	eventually(t, settle, "the rules over xDS", func() bool {
+	polltest.EventuallyEvery(t, settle, pollEvery, func() bool {
 		return strings.Contains(svc.get(t, svc.debugAddr, "/debug/config"), "api_key")
-	})
+	}, "the rules over xDS did not load")
 	if !presented.Load() {
 		t.Fatal("the rules loaded without the token reaching the server")
 	}
 	srv.Stop()
-	eventually(t, settle, "the lost server to be logged", func() bool {
+	polltest.EventuallyEvery(t, settle, pollEvery, func() bool {
 		return strings.Contains(logs.String(), "xDS stream ended")
-	})
+	}, "the lost xDS server was not logged")
 	seen := map[string]string{
 		"logs":          logs.String(),
 		"/debug/config": svc.get(t, svc.debugAddr, "/debug/config"),

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgatehq/tollgate/internal/apptest"
+	"github.com/tollgatehq/tollgate/internal/polltest"
 	"github.com/tollgatehq/tollgate/pkg/app"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/rlsclient"
@@ -138,17 +139,10 @@ func writeFile(t *testing.T, path, body string) {
 	}
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval, not a wait for an event
-	}
-}
+// pollEvery is how often these tests poll a condition: most conditions
+// call the service under test, which polling every few milliseconds would
+// load.
+const pollEvery = 10 * time.Millisecond
 
 func TestLimitEnforcedOverGRPC(t *testing.T) {
 	svc := startService(t, map[string]string{"api.yaml": searchRules})
@@ -213,15 +207,15 @@ func TestReloadKeepsLastGoodTree(t *testing.T) {
     value: free
     rate_limit: {unit: hour, requests_per_unit: 7}
 `)
-	eventually(t, 2*time.Second, "new rule live", func() bool {
+	polltest.EventuallyEvery(t, 2*time.Second, pollEvery, func() bool {
 		return svc.query(t, "api", tier).Statuses[0].CurrentLimit.GetRequestsPerUnit() == 7
-	})
+	}, "new rule live")
 
 	// A broken edit is recorded, and the previous tree stays live.
 	writeFile(t, filepath.Join(svc.dir, "api.yaml"), "domain: api\ndescriptors:\n  - key: tier\n    bogus: 1\n")
-	eventually(t, 2*time.Second, "broken reload reported on /debug/config", func() bool {
+	polltest.EventuallyEvery(t, 2*time.Second, pollEvery, func() bool {
 		return strings.Contains(svc.get(t, svc.debugAddr, "/debug/config"), "last reload failed")
-	})
+	}, "broken reload reported on /debug/config")
 	if resp := svc.query(t, "api", tier); resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 7 {
 		t.Fatalf("after a broken edit the rule changed: %v", resp.Statuses[0])
 	}

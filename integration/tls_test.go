@@ -17,9 +17,10 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/tollgatehq/tollgate/internal/logtest"
+	"github.com/tollgatehq/tollgate/internal/polltest"
 	"github.com/tollgatehq/tollgate/pkg/app"
 	"github.com/tollgatehq/tollgate/pkg/cli"
-	"github.com/tollgatehq/tollgate/pkg/logtest"
 	"github.com/tollgatehq/tollgate/pkg/rlsclient"
 	"github.com/tollgatehq/tollgate/pkg/tlsfiles/tlsfilestest"
 )
@@ -204,9 +205,9 @@ func TestTLSRotation(t *testing.T) {
 
 	serves := func(step string, want *big.Int) {
 		t.Helper()
-		eventually(t, 10*time.Second, step+": the server to present serial "+want.Text(16), func() bool {
+		polltest.EventuallyEvery(t, 10*time.Second, pollEvery, func() bool {
 			return ts.servedSerial(t, svc.grpcAddr).Cmp(want) == 0
-		})
+		}, "%s: the server to present serial %s", step, want.Text(16))
 		if err := checkHealth(t, svc.grpcAddr, client); err != nil {
 			t.Fatalf("%s: health check over TLS: %v", step, err)
 		}

@@ -18,7 +18,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/tollgatehq/tollgate/integration/redistest"
+	"github.com/tollgatehq/tollgate/internal/polltest"
+	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/pkg/rlsclient"
 )
 
@@ -308,10 +309,10 @@ descriptors:
 		"DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0",
 	})
 	var grpcAddr string
-	eventually(t, 10*time.Second, "tollgate logs its addresses", func() bool {
+	polltest.EventuallyEvery(t, 10*time.Second, pollEvery, func() bool {
 		grpcAddr = logValue(logs.String(), "tollgate serving", "grpc")
 		return grpcAddr != ""
-	})
+	}, "tollgate logs its addresses")
 	client, err := rlsclient.Dial(grpcAddr)
 	if err != nil {
 		t.Fatal(err)

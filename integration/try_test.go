@@ -10,6 +10,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/tollgatehq/tollgate/internal/polltest"
 	"github.com/tollgatehq/tollgate/pkg/app"
 )
 
@@ -123,7 +124,7 @@ func TestTryItAnswers(t *testing.T) {
 	}
 	before := hash()
 	writeFile(t, path, tryEdit.ReplaceAllString(string(data), "requests_per_unit: 3"))
-	eventually(t, 10*time.Second, "the edit to be reloaded", func() bool { return hash() != before })
+	polltest.EventuallyEvery(t, 10*time.Second, pollEvery, func() bool { return hash() != before }, "the edit to be reloaded")
 	for i := range 3 {
 		check(t, "/search k2 after the edit", svc.query(t, "endpoints", entries("api_key", "k2", "endpoint", "/search")),
 			want{code: rlsv3.RateLimitResponse_OK, limit: 3, remaining: uint32(2 - i)})

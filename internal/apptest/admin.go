@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/tollgatehq/tollgate/internal/logtest"
 	"github.com/tollgatehq/tollgate/pkg/app"
-	"github.com/tollgatehq/tollgate/pkg/logtest"
 )
 
 const (

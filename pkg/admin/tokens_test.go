@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgatehq/tollgate/pkg/logtest"
-	"github.com/tollgatehq/tollgate/pkg/polltest"
+	"github.com/tollgatehq/tollgate/internal/logtest"
+	"github.com/tollgatehq/tollgate/internal/polltest"
 )
 
 func writeFile(t *testing.T, path, content string) {

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/internal/apptest"
+	"github.com/tollgatehq/tollgate/internal/polltest"
 	"github.com/tollgatehq/tollgate/pkg/app"
-	"github.com/tollgatehq/tollgate/pkg/polltest"
 )
 
 // TestAdminTokenRotation edits the running tollgate's token file and

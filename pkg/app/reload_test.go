@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/internal/apptest"
-	"github.com/tollgatehq/tollgate/pkg/polltest"
+	"github.com/tollgatehq/tollgate/internal/polltest"
 )
 
 // TestReloadChannel checks that a receive from the App's reload channel

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgatehq/tollgate/internal/logtest"
 	"github.com/tollgatehq/tollgate/pkg/audit"
-	"github.com/tollgatehq/tollgate/pkg/logtest"
 )
 
 var t0 = time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)

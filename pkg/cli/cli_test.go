@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/internal/apptest"
-	"github.com/tollgatehq/tollgate/pkg/logtest"
-	"github.com/tollgatehq/tollgate/pkg/polltest"
+	"github.com/tollgatehq/tollgate/internal/logtest"
+	"github.com/tollgatehq/tollgate/internal/polltest"
 )
 
 // runMain runs the command line with an empty environment.

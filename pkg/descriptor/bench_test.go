@@ -8,7 +8,7 @@ import (
 	"testing"
 	"testing/fstest"
 
-	"github.com/tollgatehq/tollgate/pkg/benchtest"
+	"github.com/tollgatehq/tollgate/internal/benchtest"
 )
 
 // benchConfig returns a domain of 10 101 descriptors: 90 tenants and a

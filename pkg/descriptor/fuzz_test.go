@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
+
+	"golang.org/x/tools/txtar"
 )
 
 // FuzzLoad loads arbitrary bytes as a configuration file. Loading must not
@@ -14,12 +16,13 @@ import (
 func FuzzLoad(f *testing.F) {
 	paths, _ := filepath.Glob("testdata/*.txt")
 	for _, path := range paths {
-		raw, err := os.ReadFile(path)
+		a, err := txtar.ParseFile(path)
 		if err != nil {
 			f.Fatal(err)
 		}
-		for _, file := range parseGolden(string(raw)).files {
-			f.Add([]byte(file.data))
+		inputs, _, _ := splitGolden(a)
+		for _, file := range inputs {
+			f.Add(file.Data)
 		}
 	}
 	examples, _ := filepath.Glob(filepath.Join(examplesDir, "*.yaml"))

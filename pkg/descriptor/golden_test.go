@@ -7,60 +7,27 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
+
+	"golang.org/x/tools/txtar"
 )
 
 var update = flag.Bool("update", false, "rewrite the expected output of testdata/*.txt")
 
-// goldenCase is one testdata file: a comment, input files and the expected
-// dump ("want") or error text ("error"), in sections that each start with
-// a line "-- name --".
-type goldenCase struct {
-	comment  string
-	files    []goldenFile
-	kind     string // "want" or "error"
-	expected string
-}
-
-type goldenFile struct {
-	name, data string
-}
-
-func parseGolden(text string) goldenCase {
-	var c goldenCase
-	var name string
-	var body strings.Builder
-	flush := func() {
-		switch name {
-		case "":
-			c.comment = body.String()
+// splitGolden splits a golden case, a testdata/*.txt parsed as a txtar
+// archive (golang.org/x/tools/txtar), into its input files and its
+// expectation: the name ("want" or "error") and text of its section that
+// holds the expected dump or error text. The archive's comment describes
+// the case.
+func splitGolden(a *txtar.Archive) (inputs []txtar.File, kind, expected string) {
+	for _, f := range a.Files {
+		switch f.Name {
 		case "want", "error":
-			c.kind, c.expected = name, body.String()
+			kind, expected = f.Name, string(f.Data)
 		default:
-			c.files = append(c.files, goldenFile{name, body.String()})
+			inputs = append(inputs, f)
 		}
-		body.Reset()
 	}
-	for line := range strings.Lines(text) {
-		trimmed := strings.TrimSuffix(line, "\n")
-		if strings.HasPrefix(trimmed, "-- ") && strings.HasSuffix(trimmed, " --") && len(trimmed) > 6 {
-			flush()
-			name = trimmed[3 : len(trimmed)-3]
-			continue
-		}
-		body.WriteString(line)
-	}
-	flush()
-	return c
-}
-
-func (c goldenCase) format() string {
-	var b strings.Builder
-	b.WriteString(c.comment)
-	for _, f := range c.files {
-		b.WriteString("-- " + f.name + " --\n" + f.data)
-	}
-	b.WriteString("-- " + c.kind + " --\n" + c.expected)
-	return b.String()
+	return inputs, kind, expected
 }
 
 // TestGolden loads the input files of each testdata/*.txt and compares the
@@ -76,14 +43,14 @@ func TestGolden(t *testing.T) {
 	}
 	for _, path := range paths {
 		t.Run(strings.TrimSuffix(filepath.Base(path), ".txt"), func(t *testing.T) {
-			raw, err := os.ReadFile(path)
+			a, err := txtar.ParseFile(path)
 			if err != nil {
 				t.Fatal(err)
 			}
-			c := parseGolden(string(raw))
+			inputs, wantKind, want := splitGolden(a)
 			fsys := fstest.MapFS{}
-			for _, f := range c.files {
-				fsys[f.name] = &fstest.MapFile{Data: []byte(f.data)}
+			for _, f := range inputs {
+				fsys[f.Name] = &fstest.MapFile{Data: f.Data}
 			}
 			tree, err := LoadFS(fsys, Options{})
 			kind, got := "want", ""
@@ -96,17 +63,17 @@ func TestGolden(t *testing.T) {
 				got = tree.String()
 			}
 			if *update {
-				c.kind, c.expected = kind, got
-				if err := os.WriteFile(path, []byte(c.format()), 0o644); err != nil {
+				a.Files = append(inputs, txtar.File{Name: kind, Data: []byte(got)})
+				if err := os.WriteFile(path, txtar.Format(a), 0o644); err != nil {
 					t.Fatal(err)
 				}
 				return
 			}
-			if kind != c.kind {
-				t.Fatalf("got %s section, want %s section:\n%s", kind, c.kind, got)
+			if kind != wantKind {
+				t.Fatalf("got %s section, want %s section:\n%s", kind, wantKind, got)
 			}
-			if got != c.expected {
-				t.Errorf("%s mismatch\n--- got ---\n%s--- want ---\n%s", kind, got, c.expected)
+			if got != want {
+				t.Errorf("%s mismatch\n--- got ---\n%s--- want ---\n%s", kind, got, want)
 			}
 		})
 	}

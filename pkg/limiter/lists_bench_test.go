@@ -7,7 +7,7 @@ import (
 	"testing"
 	"testing/fstest"
 
-	"github.com/tollgatehq/tollgate/pkg/benchtest"
+	"github.com/tollgatehq/tollgate/internal/benchtest"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/store/memory"
 )

@@ -18,9 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgatehq/tollgate/internal/logtest"
+	"github.com/tollgatehq/tollgate/internal/polltest"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
-	"github.com/tollgatehq/tollgate/pkg/logtest"
-	"github.com/tollgatehq/tollgate/pkg/polltest"
 	"github.com/tollgatehq/tollgate/pkg/reload"
 	"github.com/tollgatehq/tollgate/pkg/telemetry"
 )

@@ -25,7 +25,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/tollgatehq/tollgate/integration/redistest"
+	"github.com/tollgatehq/tollgate/internal/polltest"
+	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/limiter"
@@ -296,18 +297,13 @@ func recordMeta(t *testing.T, golden string) {
 	// Ready once it answers from its rules: an unknown domain has no
 	// limit, so poll with one that exists and is not counted.
 	probe := &rlsv3.RateLimitRequest{Domain: "meta", Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: entries("free=probe")}}}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	if err := polltest.Poll(20*time.Second, 50*time.Millisecond, nil, func() error {
 		pctx, pcancel := context.WithTimeout(context.Background(), time.Second)
+		defer pcancel()
 		_, err := ref.ShouldRateLimit(pctx, probe)
-		pcancel()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("envoyproxy/ratelimit did not answer within 20 s: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond) // polling interval, not a wait for an event
+		return err
+	}); err != nil {
+		t.Fatalf("envoyproxy/ratelimit did not answer: %v", err)
 	}
 	got := runMeta(t, func(ctx context.Context, r *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 		return ref.ShouldRateLimit(ctx, r)

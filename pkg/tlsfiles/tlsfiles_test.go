@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgatehq/tollgate/pkg/logtest"
+	"github.com/tollgatehq/tollgate/internal/logtest"
 	"github.com/tollgatehq/tollgate/pkg/tlsfiles"
 	"github.com/tollgatehq/tollgate/pkg/tlsfiles/tlsfilestest"
 )

@@ -26,9 +26,9 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tollgatehq/tollgate/internal/logtest"
+	"github.com/tollgatehq/tollgate/internal/polltest"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
-	"github.com/tollgatehq/tollgate/pkg/logtest"
-	"github.com/tollgatehq/tollgate/pkg/polltest"
 	"github.com/tollgatehq/tollgate/pkg/reload"
 	"github.com/tollgatehq/tollgate/pkg/tlsfiles/tlsfilestest"
 	"github.com/tollgatehq/tollgate/pkg/xds"

@@ -10,8 +10,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/tollgatehq/tollgate/internal/metrictest"
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
-	"github.com/tollgatehq/tollgate/pkg/metrictest"
 	"github.com/tollgatehq/tollgate/pkg/store"
 	"github.com/tollgatehq/tollgate/pkg/store/cached"
 	"github.com/tollgatehq/tollgate/pkg/store/memory"

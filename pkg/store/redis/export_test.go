@@ -8,11 +8,6 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/store"
 )
 
-// ApplyAt is Apply, also returning the instant in µs at which the script
-// decided the batch's first slot group: the Redis server's TIME when
-// Options.Now is nil.
-var ApplyAt = (*Store).apply
-
 // ReserveAt is Reserve, also returning the instant in µs at which the
 // script granted the first lease.
 var ReserveAt = (*Store).reserve

@@ -8,12 +8,8 @@ import (
 
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
 	"github.com/tollgatehq/tollgate/pkg/store"
-	"github.com/tollgatehq/tollgate/pkg/store/cached"
 	"github.com/tollgatehq/tollgate/pkg/store/redis"
 )
-
-// The Redis store is what package cached leases from.
-var _ cached.Leaser = (*redis.Store)(nil)
 
 // TestLeaseLocalClock checks that on the server's clock a lease's Until
 // comes back on the local clock: no later than the server's Until would

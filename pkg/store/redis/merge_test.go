@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgatehq/tollgate/internal/metrictest"
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
-	"github.com/tollgatehq/tollgate/pkg/metrictest"
 	"github.com/tollgatehq/tollgate/pkg/store"
 	"github.com/tollgatehq/tollgate/pkg/store/redis"
 	"github.com/tollgatehq/tollgate/pkg/store/storetest"

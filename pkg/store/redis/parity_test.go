@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgatehq/tollgate/internal/metrictest"
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
-	"github.com/tollgatehq/tollgate/pkg/metrictest"
 	"github.com/tollgatehq/tollgate/pkg/store"
 	"github.com/tollgatehq/tollgate/pkg/store/memory"
 	"github.com/tollgatehq/tollgate/pkg/store/redis"
@@ -314,7 +314,7 @@ func runParity(t *testing.T, s *redis.Store, oneShard bool, steps int, advance f
 		default:
 			got := make([]algorithm.Verdict, len(hits))
 			var err error
-			if now, err = redis.ApplyAt(s, ctx, hits, got); err != nil {
+			if now, err = s.ApplyAt(ctx, hits, got); err != nil {
 				t.Fatalf("step %d: Apply: %v", step, err)
 			}
 			want := ref.apply(t, now, hits)

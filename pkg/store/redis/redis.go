@@ -330,6 +330,15 @@ func (s *Store) Apply(ctx context.Context, hits []store.Hit, verdicts []algorith
 	return err
 }
 
+// ApplyAt is Apply, also returning the instant, in µs, at which the script
+// decided the batch's first slot group: the Redis server's TIME when
+// Options.Now is nil. A caller that judges decisions on the store's clock
+// (the tests of a whole fleet) places a hit decided in Redis there rather
+// than at the end of a call that took a round trip longer.
+func (s *Store) ApplyAt(ctx context.Context, hits []store.Hit, verdicts []algorithm.Verdict) (int64, error) {
+	return s.apply(ctx, hits, verdicts)
+}
+
 // apply is Apply, also returning the instant (µs) the first slot group was
 // decided at.
 func (s *Store) apply(ctx context.Context, hits []store.Hit, verdicts []algorithm.Verdict) (decidedAt int64, err error) {

@@ -14,9 +14,10 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/tollgatehq/tollgate/integration/redistest"
+	"github.com/tollgatehq/tollgate/internal/metrictest"
+	"github.com/tollgatehq/tollgate/internal/polltest"
+	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
-	"github.com/tollgatehq/tollgate/pkg/metrictest"
 	"github.com/tollgatehq/tollgate/pkg/store"
 	"github.com/tollgatehq/tollgate/pkg/store/redis"
 	"github.com/tollgatehq/tollgate/pkg/store/storetest"
@@ -216,7 +217,7 @@ func TestTokenBucketIsOneInteger(t *testing.T) {
 		var at int64
 		for range 3 {
 			var err error
-			if at, err = redis.ApplyAt(s, ctx, []store.Hit{hit("u1", l, 1)}, make([]algorithm.Verdict, 1)); err != nil {
+			if at, err = s.ApplyAt(ctx, []store.Hit{hit("u1", l, 1)}, make([]algorithm.Verdict, 1)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -290,16 +291,13 @@ func TestIdleKeysExpire(t *testing.T) {
 		hit("d", limit(algorithm.SlidingWindowLog, 5, 50*time.Millisecond), 1),
 	}
 	apply(t, s, hits...)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		keys := client.Keys(ctx, "idle*").Val()
-		if len(keys) == 0 {
-			return
+	if err := polltest.Poll(5*time.Second, polltest.Interval, nil, func() error {
+		if keys := client.Keys(ctx, "idle*").Val(); len(keys) > 0 {
+			return fmt.Errorf("keys %q still there", keys)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("keys %q still there after 5s", keys)
-		}
-		runtime.Gosched()
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -556,12 +554,13 @@ func TestClose(t *testing.T) {
 			}
 			// go-redis dials pooled connections on short-lived goroutines of
 			// its own, so the count may take a moment to settle.
-			deadline := time.Now().Add(2 * time.Second)
-			for n := runtime.NumGoroutine(); n > before; n = runtime.NumGoroutine() {
-				if time.Now().After(deadline) {
-					t.Fatalf("%d goroutines 2s after Close, %d before New", n, before)
+			if err := polltest.Poll(2*time.Second, polltest.Interval, nil, func() error {
+				if n := runtime.NumGoroutine(); n > before {
+					return fmt.Errorf("%d goroutines after Close, %d before New", n, before)
 				}
-				time.Sleep(time.Millisecond) // polling interval
+				return nil
+			}); err != nil {
+				t.Fatal(err)
 			}
 			err = s.Apply(context.Background(), []store.Hit{hit("c", limit(algorithm.FixedWindow, 100, time.Minute), 1)}, make([]algorithm.Verdict, 1))
 			if !errors.Is(err, store.ErrUnavailable) {

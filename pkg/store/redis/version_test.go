@@ -11,10 +11,10 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/tollgatehq/tollgate/integration/redistest"
+	"github.com/tollgatehq/tollgate/internal/redistest"
 
+	"github.com/tollgatehq/tollgate/internal/logtest"
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
-	"github.com/tollgatehq/tollgate/pkg/logtest"
 	"github.com/tollgatehq/tollgate/pkg/store"
 )
 

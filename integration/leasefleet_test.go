@@ -1,4 +1,4 @@
-package redis_test
+package integration
 
 import (
 	"cmp"
@@ -57,7 +57,7 @@ type decidedKey struct{}
 type timed struct{ *redis.Store }
 
 func (s timed) Apply(ctx context.Context, hits []store.Hit, verdicts []algorithm.Verdict) error {
-	at, err := redis.ApplyAt(s.Store, ctx, hits, verdicts)
+	at, err := s.ApplyAt(ctx, hits, verdicts)
 	if p, ok := ctx.Value(decidedKey{}).(*int64); ok && err == nil {
 		*p = at
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgatehq/tollgate/internal/polltest"
 )
 
 // Sentinel is a master, one replica of it, and three sentinels monitoring
@@ -64,7 +66,7 @@ func StartSentinel(t testing.TB, opts ...Option) *Sentinel {
 	}
 
 	for _, s := range st.Sentinels {
-		if err := poll(settleTimeout, 50*time.Millisecond, nil, func() error {
+		if err := polltest.Poll(settleTimeout, 50*time.Millisecond, nil, func() error {
 			return sentinelReady(s.Addr, st.Master.Addr)
 		}); err != nil {
 			t.Fatalf("redistest: sentinel %s: %v", s.Addr, err)

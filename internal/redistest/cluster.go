@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgatehq/tollgate/internal/polltest"
 )
 
 // Cluster is a Redis Cluster of three masters, each with the same number of
@@ -175,7 +177,7 @@ func (c *Cluster) WaitHealthy(t testing.TB) {
 	t.Helper()
 	start := time.Now()
 	deadline := start.Add(settleTimeout)
-	if err := poll(settleTimeout, 50*time.Millisecond, nil, c.healthy); err != nil {
+	if err := polltest.Poll(settleTimeout, 50*time.Millisecond, nil, c.healthy); err != nil {
 		t.Fatalf("redistest: cluster not healthy: %v", err)
 	}
 	for _, s := range c.nodes {

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tollgatehq/tollgate/internal/polltest"
 )
 
 // do runs one command on addr or fails t.
@@ -166,7 +168,7 @@ func TestClusterFailover(t *testing.T) {
 	start := time.Now()
 	old.Kill()
 	var promoted *Server
-	if err := poll(settleTimeout, 50*time.Millisecond, nil, func() error {
+	if err := polltest.Poll(settleTimeout, 50*time.Millisecond, nil, func() error {
 		promoted = c.MasterOfSlot(slot)
 		if promoted == old {
 			return errors.New("killed master still serves the slot")
@@ -230,7 +232,7 @@ func TestSentinel(t *testing.T) {
 	s.Master.Kill()
 	want := "[" + strings.Replace(s.Replica.Addr, ":", " ", 1) + "]"
 	for _, addr := range s.Addrs() {
-		if err := poll(settleTimeout, 50*time.Millisecond, nil, func() error {
+		if err := polltest.Poll(settleTimeout, 50*time.Millisecond, nil, func() error {
 			v, err := command(addr, "", commandTimeout, "SENTINEL", "get-master-addr-by-name", "mymaster")
 			if got := fmt.Sprint(v); err == nil && got != want {
 				err = fmt.Errorf("master is %s, want %s", got, want)

@@ -17,7 +17,6 @@
 package redistest
 
 import (
-	"fmt"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -134,26 +133,4 @@ func UsedMemory(t testing.TB, addr string) int64 {
 		t.Fatalf("redistest: used_memory on %s: %v", addr, err)
 	}
 	return n
-}
-
-// poll calls check until it returns nil and fails when timeout passes first,
-// with the last error of check, or when abort is closed, with errExited.
-func poll(timeout, interval time.Duration, abort <-chan struct{}, check func() error) error {
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		err := check()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-deadline.C:
-			return fmt.Errorf("gave up after %s: %w", timeout, err)
-		case <-abort:
-			return errExited
-		case <-tick.C:
-		}
-	}
 }

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tollgatehq/tollgate/internal/polltest"
 )
 
 // A replica whose link is up is not yet in sync with its master. After a
@@ -37,7 +39,7 @@ type syncMark struct {
 // a master it returns at once. It gives up after timeout.
 func waitSynced(s *Server, timeout time.Duration) error {
 	var mark *syncMark
-	return poll(timeout, 20*time.Millisecond, nil, func() error {
+	return polltest.Poll(timeout, 20*time.Millisecond, nil, func() error {
 		info, err := commandString(s.Addr, s.password, "INFO", "replication")
 		if err != nil {
 			return err

@@ -1,4 +1,4 @@
-package redis_test
+package integration
 
 import (
 	"bufio"
@@ -18,7 +18,8 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/tollgatehq/tollgate/integration/redistest"
+	"github.com/tollgatehq/tollgate/internal/polltest"
+	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
 	"github.com/tollgatehq/tollgate/pkg/store"
 	"github.com/tollgatehq/tollgate/pkg/store/breaker"
@@ -148,11 +149,11 @@ func (l *ledger) kill(t *testing.T) {
 	l.mu.Lock()
 	l.dead = true
 	l.mu.Unlock()
-	waitFor(t, "the dead instance's calls to end", func() bool {
+	polltest.Eventually(t, faultDeadline, func() bool {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		return l.calls == 0
-	})
+	}, "the dead instance's calls to end")
 }
 
 // held returns an upper bound of the unspent hits the instance holds,
@@ -172,18 +173,6 @@ func (l *ledger) settled(admitted int64) int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.granted - l.returned - (admitted - l.strict)
-}
-
-// waitFor polls cond until it holds, failing t after faultDeadline.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(faultDeadline)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up after %s waiting for %s", faultDeadline, what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // faultFleet is a fleet of cached stores on one Redis, each over its own
@@ -444,14 +433,14 @@ func TestCachedRedisFaults(t *testing.T) {
 				admitted[i] = f.admitted[i].Load()
 				held[i], strict[i] = lg.held(admitted[i])
 			}
-			waitFor(t, "every instance to fail and its breaker to open", func() bool {
+			polltest.Eventually(t, faultDeadline, func() bool {
 				for i := range f.stores {
 					if f.failed[i].Load() == 0 || !f.opened[i].Load() {
 						return false
 					}
 				}
 				return true
-			})
+			}, "every instance to fail and its breaker to open")
 			var spent, left []int64
 			for i, lg := range f.ledgers {
 				_, s := lg.held(0)
@@ -474,14 +463,14 @@ func TestCachedRedisFaults(t *testing.T) {
 				srv.Restart()
 			}
 			back := algorithm.Micros(time.Now())
-			waitFor(t, "every breaker to close", func() bool {
+			polltest.Eventually(t, faultDeadline, func() bool {
 				for i := range f.stores {
 					if !f.closedAgn[i].Load() {
 						return false
 					}
 				}
 				return true
-			})
+			}, "every breaker to close")
 			f.wait(t)
 			var failed int64
 			for i := range f.failed {
@@ -685,11 +674,11 @@ func TestCachedRedisRestartWithLeasesHeld(t *testing.T) {
 	f.drive(t, 1.5, 2, start.Add(200*time.Millisecond))
 	f.wait(t)
 	for _, lg := range f.ledgers {
-		waitFor(t, "the instances' calls to end", func() bool {
+		polltest.Eventually(t, faultDeadline, func() bool {
 			lg.mu.Lock()
 			defer lg.mu.Unlock()
 			return lg.calls == 0
-		})
+		}, "the instances' calls to end")
 	}
 	srv.Kill()
 	srv.Restart()

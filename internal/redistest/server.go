@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tollgatehq/tollgate/internal/polltest"
 )
 
 // errExited reports that a redis-server process ended while it was awaited.
@@ -221,13 +223,13 @@ func (s *Server) launch() (*process, error) {
 // passes. An exit because the port was taken is errAddrInUse; the process is
 // reaped and forgotten on any failure.
 func (s *Server) waitReady(p *process) error {
-	err := poll(readyTimeout, 10*time.Millisecond, p.done, func() error {
+	err := polltest.Poll(readyTimeout, 10*time.Millisecond, p.done, func() error {
 		return s.ping(time.Second)
 	})
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, errExited) {
+	if errors.Is(err, polltest.ErrAborted) {
 		s.mu.Lock()
 		if s.proc == p {
 			s.proc = nil
