@@ -46,6 +46,12 @@
 //   - unlimited: OK with Remaining Unlimited, not counted;
 //   - otherwise one store hit per limit of the rule.
 //
+// All hits of a request go to the store in one Apply call, so a request is
+// all or nothing: when one hit that is not soft is rejected, nothing is
+// charged, except the always-charged hits (see Charge). A descriptor with
+// several limits reports the most restrictive: a rejected one (the longest
+// wait first), else the one with the least remaining.
+//
 // # Operators' overrides
 //
 // Options.Overrides gives the live overrides an operator set through the
@@ -82,12 +88,6 @@
 // Clear (see package store), the counter of every limit Check would count,
 // and under an operator's absolute override the rule's own counters too.
 // Options.OnReset then hears of them, for the other instances.
-//
-// All hits of a request go to the store in one Apply call, so a request is
-// all or nothing: when one hit that is not soft is rejected, nothing is
-// charged, except the always-charged hits (see Charge). A descriptor with
-// several limits reports the most restrictive: a rejected one (the longest
-// wait first), else the one with the least remaining.
 //
 // # Hits
 //
