@@ -47,9 +47,9 @@ type answer struct {
 }
 
 // Check decides req. It returns an error wrapping ErrInvalidRequest for a
-// malformed request or one beyond the bounds of Options, and the context's error when ctx ends before the store
-// answers; a store failure is not an error but answers by the rules' failure
-// modes, marked degraded.
+// malformed request or one beyond the bounds of Options, and the context's
+// error when ctx ends before the store answers; a store failure is not an
+// error but answers by the rules' failure modes, marked degraded.
 func (l *Limiter) Check(ctx context.Context, req *Request) (*Response, error) {
 	a := new(answer)
 	resp := &a.resp
