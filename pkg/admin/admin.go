@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/pkg/audit"
+	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/httpapi"
 	"github.com/tollgatehq/tollgate/pkg/limiter"
 	"github.com/tollgatehq/tollgate/pkg/override"
@@ -200,13 +201,13 @@ func (h *Handler) refused(r *http.Request, msg string) {
 // and Multiplier, and one of ExpiresIn (a Go duration such as "48h") and
 // ExpiresAt (RFC 3339), must be set.
 type CreateRequest struct {
-	Domain     string           `json:"domain"`
-	Entries    []override.Entry `json:"entries"`
-	Limit      *override.Limit  `json:"limit,omitempty"`
-	Multiplier *float64         `json:"multiplier,omitempty"`
-	ExpiresIn  *string          `json:"expires_in,omitempty"`
-	ExpiresAt  *time.Time       `json:"expires_at,omitempty"`
-	Reason     string           `json:"reason,omitempty"`
+	Domain     string             `json:"domain"`
+	Entries    []descriptor.Entry `json:"entries"`
+	Limit      *override.Limit    `json:"limit,omitempty"`
+	Multiplier *float64           `json:"multiplier,omitempty"`
+	ExpiresIn  *string            `json:"expires_in,omitempty"`
+	ExpiresAt  *time.Time         `json:"expires_at,omitempty"`
+	Reason     string             `json:"reason,omitempty"`
 }
 
 func (h *Handler) createOverride(w http.ResponseWriter, r *http.Request, actor string) {

@@ -73,7 +73,7 @@ func (a *App) fleetListening() bool { return a.fleet == nil || a.fleet.Subscribe
 func create(t *testing.T, a *App, tenant string, ttl time.Duration) override.Override {
 	t.Helper()
 	o, err := a.overrides.Create(context.Background(), override.Override{
-		Domain: "o", Entries: []override.Entry{{Key: "tenant", Value: tenant}}, Multiplier: 5,
+		Domain: "o", Entries: []descriptor.Entry{{Key: "tenant", Value: tenant}}, Multiplier: 5,
 		ExpiresAt: time.Now().Add(ttl), Reason: "test", CreatedBy: "tester",
 	})
 	if err != nil {
@@ -227,7 +227,7 @@ func TestOverrideReturnsLeases(t *testing.T) {
 	if n := a.cached.Len(); n != 2 {
 		t.Fatalf("the cached store holds %d counters, want 2", n)
 	}
-	if _, err := a.overrides.Create(context.Background(), override.Override{Domain: "p", Entries: []override.Entry{{Key: "k", Value: "covered"}},
+	if _, err := a.overrides.Create(context.Background(), override.Override{Domain: "p", Entries: []descriptor.Entry{{Key: "k", Value: "covered"}},
 		Multiplier: 2, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
