@@ -24,7 +24,7 @@ const module = "github.com/tollgatehq/tollgate/"
 var mayImport = map[string][]string{
 	"cmd/tollgate": {"pkg/cli"},
 	"pkg/cli": {"pkg/app", "pkg/admin", "pkg/rlsclient", "pkg/loadgen", "pkg/store/redis", "api",
-		"pkg/rls", "pkg/descriptor", "pkg/version"},
+		"pkg/rls", "pkg/descriptor", "pkg/override", "pkg/version"},
 	"pkg/app":              {"*"},
 	"pkg/app/ratelimitenv": {},
 

@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/pkg/audit"
+	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/httpapi"
 	"github.com/tollgatehq/tollgate/pkg/limiter"
 	"github.com/tollgatehq/tollgate/pkg/override"
@@ -200,13 +201,13 @@ func (h *Handler) refused(r *http.Request, msg string) {
 // and Multiplier, and one of ExpiresIn (a Go duration such as "48h") and
 // ExpiresAt (RFC 3339), must be set.
 type CreateRequest struct {
-	Domain     string           `json:"domain"`
-	Entries    []override.Entry `json:"entries"`
-	Limit      *override.Limit  `json:"limit,omitempty"`
-	Multiplier *float64         `json:"multiplier,omitempty"`
-	ExpiresIn  *string          `json:"expires_in,omitempty"`
-	ExpiresAt  *time.Time       `json:"expires_at,omitempty"`
-	Reason     string           `json:"reason,omitempty"`
+	Domain     string             `json:"domain"`
+	Entries    []descriptor.Entry `json:"entries"`
+	Limit      *override.Limit    `json:"limit,omitempty"`
+	Multiplier *float64           `json:"multiplier,omitempty"`
+	ExpiresIn  *string            `json:"expires_in,omitempty"`
+	ExpiresAt  *time.Time         `json:"expires_at,omitempty"`
+	Reason     string             `json:"reason,omitempty"`
 }
 
 func (h *Handler) createOverride(w http.ResponseWriter, r *http.Request, actor string) {
@@ -325,8 +326,8 @@ type resetResponse struct {
 // resetCounter is one counter a reset cleared.
 type resetCounter struct {
 	// Descriptor is the index of the request's descriptor.
-	Descriptor int     `json:"descriptor"`
-	Entries    []entry `json:"entries"`
+	Descriptor int                `json:"descriptor"`
+	Entries    []descriptor.Entry `json:"entries"`
 	// Rule is the path of the rule the descriptor resolved to, or "" for
 	// a counter no rule of the configuration holds.
 	Rule  string         `json:"rule,omitempty"`
@@ -348,9 +349,7 @@ func (h *Handler) reset(w http.ResponseWriter, r *http.Request, actor string) {
 	for i, c := range counters {
 		out.Reset[i] = resetCounter{Descriptor: c.Descriptor, Limit: httpapi.LimitJSON(c.Limit)}
 		if c.Descriptor >= 0 && c.Descriptor < len(req.Descriptors) {
-			for _, e := range req.Descriptors[c.Descriptor].Entries {
-				out.Reset[i].Entries = append(out.Reset[i].Entries, entry(e))
-			}
+			out.Reset[i].Entries = append(out.Reset[i].Entries, req.Descriptors[c.Descriptor].Entries...)
 		}
 		if c.Rule != nil {
 			out.Reset[i].Rule = c.Rule.Path
@@ -360,12 +359,6 @@ func (h *Handler) reset(w http.ResponseWriter, r *http.Request, actor string) {
 		Actor: actor, Action: audit.ActionReset, Target: req.Domain, After: out, Reason: r.URL.Query().Get("reason"),
 	})
 	httpapi.WriteJSON(w, http.StatusOK, out)
-}
-
-// entry is a descriptor entry as the API writes it.
-type entry struct {
-	Key   string `json:"key"`
-	Value string `json:"value"`
 }
 
 // auditResponse is the answer of GET /v1/audit.

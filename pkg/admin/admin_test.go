@@ -229,14 +229,14 @@ func TestCreateOverride(t *testing.T) {
 		{
 			name: "absolute, expires in",
 			body: `{` + entries + `,"limit":{"requests_per_unit":5000,"unit":"MINUTE"},"expires_in":"48h","reason":"launch"}`,
-			want: override.Override{Domain: "api", Entries: []override.Entry{{Key: "api_key", Value: "k1"}},
+			want: override.Override{Domain: "api", Entries: []descriptor.Entry{{Key: "api_key", Value: "k1"}},
 				Limit: &override.Limit{RequestsPerUnit: 5000, Unit: "minute"}, ExpiresAt: now.Add(48 * time.Hour),
 				Reason: "launch", CreatedBy: "alice", CreatedAt: now},
 		},
 		{
 			name: "multiplier, expires at",
 			body: `{` + entries + `,"multiplier":2.5,"expires_at":"2026-01-02T00:00:00+01:00"}`,
-			want: override.Override{Domain: "api", Entries: []override.Entry{{Key: "api_key", Value: "k1"}},
+			want: override.Override{Domain: "api", Entries: []descriptor.Entry{{Key: "api_key", Value: "k1"}},
 				Multiplier: 2.5, ExpiresAt: time.Date(2026, 1, 1, 23, 0, 0, 0, time.UTC), CreatedBy: "alice", CreatedAt: now},
 		},
 		{name: "not JSON", body: `{"domain":`, wantErr: "decoding request body: unexpected EOF"},

@@ -6,8 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"slices"
-	"strings"
 
 	"github.com/tollgatehq/tollgate/pkg/admin"
 	"github.com/tollgatehq/tollgate/pkg/audit"
@@ -97,47 +95,5 @@ func (a *App) reloadSource() string {
 // diffDomains returns the domains of after that before lacks, those of
 // before that after lacks, and those whose rules differ, each sorted.
 func diffDomains(before, after *descriptor.Tree) (added, removed, changed []string) {
-	old, cur := domainDumps(before), domainDumps(after)
-	for name, dump := range cur {
-		prev, ok := old[name]
-		switch {
-		case !ok:
-			added = append(added, name)
-		case prev != dump:
-			changed = append(changed, name)
-		}
-	}
-	for name := range old {
-		if _, ok := cur[name]; !ok {
-			removed = append(removed, name)
-		}
-	}
-	slices.Sort(added)
-	slices.Sort(removed)
-	slices.Sort(changed)
-	return added, removed, changed
-}
-
-// domainDumps returns the dump of each domain of t, by name. The tree's
-// dump lists its domains in name order, separated by blank lines, and a
-// blank line appears nowhere else (values that could be misread are
-// quoted).
-func domainDumps(t *descriptor.Tree) map[string]string {
-	names := t.Domains()
-	dumps := make(map[string]string, len(names))
-	if len(names) == 0 {
-		return dumps
-	}
-	parts := strings.Split(t.String(), "\n\n")
-	if len(parts) != len(names) {
-		// Not the documented form: every domain counts as changed.
-		for _, name := range names {
-			dumps[name] = t.Hash()
-		}
-		return dumps
-	}
-	for i, name := range names {
-		dumps[name] = parts[i]
-	}
-	return dumps
+	return descriptor.DiffDomains(before, after)
 }

@@ -71,7 +71,7 @@ func tenantStatus(t *testing.T, client *rlsclient.Client, tenant string) *rlsv3.
 func create(t *testing.T, a *apptest.Running, tenant string, ttl time.Duration) override.Override {
 	t.Helper()
 	o, err := a.Overrides().Create(context.Background(), override.Override{
-		Domain: "o", Entries: []override.Entry{{Key: "tenant", Value: tenant}}, Multiplier: 5,
+		Domain: "o", Entries: []descriptor.Entry{{Key: "tenant", Value: tenant}}, Multiplier: 5,
 		ExpiresAt: time.Now().Add(ttl), Reason: "test", CreatedBy: "tester",
 	})
 	if err != nil {
@@ -225,7 +225,7 @@ func TestOverrideReturnsLeases(t *testing.T) {
 	if n := a.CachedLen(); n != 2 {
 		t.Fatalf("the cached store holds %d counters, want 2", n)
 	}
-	if _, err := a.Overrides().Create(context.Background(), override.Override{Domain: "p", Entries: []override.Entry{{Key: "k", Value: "covered"}},
+	if _, err := a.Overrides().Create(context.Background(), override.Override{Domain: "p", Entries: []descriptor.Entry{{Key: "k", Value: "covered"}},
 		Multiplier: 2, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}

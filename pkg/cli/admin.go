@@ -145,10 +145,7 @@ func newAdminCreateCommand(c cli, f *adminFlags) *cobra.Command {
 		if err != nil {
 			return usageError("--descriptor: %v", err)
 		}
-		req := admin.CreateRequest{Domain: *domain, Reason: *reason}
-		for _, e := range entries {
-			req.Entries = append(req.Entries, override.Entry{Key: e.Key, Value: e.Value})
-		}
+		req := admin.CreateRequest{Domain: *domain, Entries: entries, Reason: *reason}
 		switch {
 		case (*limit == "") == !fs.Changed("multiplier"):
 			return usageError("give one of --limit and --multiplier")

@@ -41,12 +41,23 @@ func (t *Tree) write(w dumpWriter) {
 	}
 }
 
-// digest returns the hex SHA-256 of t's dump. It streams the dump into the
-// hash rather than building it as a string, a few MB for a large tree.
+// digest returns the hex SHA-256 of t's dump.
 func (t *Tree) digest() string {
+	return digest(t.write)
+}
+
+// digest returns the hex SHA-256 of d's part of its tree's dump.
+func (d *Domain) digest() string {
+	return digest(d.write)
+}
+
+// digest returns the hex SHA-256 of what write writes. It streams the dump
+// into the hash rather than building it as a string, a few MB for a large
+// tree.
+func digest(write func(dumpWriter)) string {
 	h := sha256.New()
 	w := bufio.NewWriterSize(h, 16<<10)
-	t.write(w)
+	write(w)
 	w.Flush() // writing to a hash never fails
 	return hex.EncodeToString(h.Sum(nil))
 }

@@ -8,10 +8,12 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
 )
 
-// Entry is one key/value pair of a request descriptor.
+// Entry is one key/value pair of a request descriptor. Its JSON form,
+// {"key": ..., "value": ...}, is the one of the HTTP and admin APIs and of
+// stored overrides.
 type Entry struct {
-	Key   string
-	Value string
+	Key   string `json:"key"`
+	Value string `json:"value"`
 }
 
 // Unit is a rate-limit time unit. Its numeric values are those of Envoy's

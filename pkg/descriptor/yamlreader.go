@@ -8,7 +8,7 @@ package descriptor
 // offending node and a descriptor path the caller passes in. A budget of
 // nodes (aliases count each time they are used) and a limit on the errors
 // per file bound the work that one file can cause. tollgate's schema, what
-// the fields are and how they combine, is in schema.go.
+// the fields are and how they combine, is in parse.go and ratelimit.go.
 
 import (
 	"fmt"

@@ -38,13 +38,19 @@
 //     unit, unit_multiplier} with the request's own entries, whether or not
 //     a rule matched and even if the rule is unlimited. It keeps the
 //     algorithm and charge of the rule's first limit, else
-//     Options.DefaultAlgorithm and Options.DefaultCharge.
-//     As in envoyproxy/ratelimit it has no name, ignores the rule's
-//     shadow_mode, quota_mode and share_threshold, and neither replaces nor
-//     is replaced. The allow and deny lists above still win over it;
+//     Options.DefaultAlgorithm and Options.DefaultCharge. As in
+//     envoyproxy/ratelimit it has no name, ignores the rule's shadow_mode,
+//     quota_mode and share_threshold, and neither replaces nor is replaced.
+//     The allow and deny lists above still win over it;
 //   - no rule, or a rule without limits: OK, no current limit;
 //   - unlimited: OK with Remaining Unlimited, not counted;
 //   - otherwise one store hit per limit of the rule.
+//
+// All hits of a request go to the store in one Apply call, so a request is
+// all or nothing: when one hit that is not soft is rejected, nothing is
+// charged, except the always-charged hits (see Charge). A descriptor with
+// several limits reports the most restrictive: a rejected one (the longest
+// wait first), else the one with the least remaining.
 //
 // # Operators' overrides
 //
@@ -82,12 +88,6 @@
 // Clear (see package store), the counter of every limit Check would count,
 // and under an operator's absolute override the rule's own counters too.
 // Options.OnReset then hears of them, for the other instances.
-//
-// All hits of a request go to the store in one Apply call, so a request is
-// all or nothing: when one hit that is not soft is rejected, nothing is
-// charged, except the always-charged hits (see Charge). A descriptor with
-// several limits reports the most restrictive: a rejected one (the longest
-// wait first), else the one with the least remaining.
 //
 // # Hits
 //
@@ -149,13 +149,13 @@
 // Options.ShadowMode) and in quota mode are soft: they never block the rest
 // of the batch. A shadow descriptor over its limit answers OK and is
 // counted in metrics as shadow_over_limit; a deny rule in shadow mode
-// answers OK and is counted as shadow_denylist. A quota-mode descriptor over its
-// limit keeps its OVER_LIMIT status, as in envoyproxy/ratelimit, but the
-// overall code is OVER_LIMIT only if a descriptor not in quota mode is over,
-// or if the request has quota-mode descriptors and all of them are over.
-// Because quota hits are soft they cannot stop the batch, so when all of
-// them are over, the admitted hits of the request are refunded in a second
-// batch.
+// answers OK and is counted as shadow_denylist. A quota-mode descriptor
+// over its limit keeps its OVER_LIMIT status, as in envoyproxy/ratelimit,
+// but the overall code is OVER_LIMIT only if a descriptor not in quota mode
+// is over, or if the request has quota-mode descriptors and all of them are
+// over. Because quota hits are soft they cannot stop the batch, so when all
+// of them are over, the admitted hits of the request are refunded in a
+// second batch.
 //
 // # Store failures
 //
@@ -214,12 +214,12 @@
 // over the limit by a penalty's cooldown);
 // tollgate_charged_past_limit_hits adds the costs of always-charged hits
 // that the store rejected, and so charged past their limits, by domain,
-// rule path and limit name; tollgate_store_errors counts
-// failed batches; tollgate_check_duration records the time of each Check
-// in seconds. Attributes never carry descriptor values: unknown domains
-// are recorded as "(unknown)" and overrides as limit "(override)", so
-// cardinality is bounded by the configuration. detailed_metric and
-// value_to_metric are therefore ignored.
+// rule path and limit name; tollgate_store_errors counts failed batches;
+// tollgate_check_duration records the time of each Check in seconds.
+// Attributes never carry descriptor values: unknown domains are recorded as
+// "(unknown)" and overrides as limit "(override)", so cardinality is
+// bounded by the configuration. detailed_metric and value_to_metric are
+// therefore ignored.
 //
 // # Traces
 //

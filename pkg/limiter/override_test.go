@@ -43,11 +43,7 @@ func (o *overrides) use(list ...override.Override) { o.set.Store(override.NewSet
 // ov returns an override of domain api on the entries, expiring a minute
 // after t0.
 func ov(id string, kv []string, limit *override.Limit, mult float64) override.Override {
-	o := override.Override{ID: id, Domain: "api", Limit: limit, Multiplier: mult, ExpiresAt: t0.Add(time.Minute), CreatedAt: t0}
-	for _, e := range entries(kv...) {
-		o.Entries = append(o.Entries, override.Entry{Key: e.Key, Value: e.Value})
-	}
-	return o
+	return override.Override{ID: id, Domain: "api", Entries: entries(kv...), Limit: limit, Multiplier: mult, ExpiresAt: t0.Add(time.Minute), CreatedAt: t0}
 }
 
 func newOverrideFixture(t *testing.T) (*fixture, *overrides) {
@@ -207,9 +203,9 @@ func TestResetWithOverride(t *testing.T) {
 // the app runs), with overrides of other clients only, and overridden.
 // With -count the cases interleave, for ratios within one run.
 func BenchmarkCheckOverrides(b *testing.B) {
-	other := override.Override{ID: "o", Domain: "api", Entries: []override.Entry{{Key: "client", Value: "c2"}}, Multiplier: 2, ExpiresAt: t0.Add(time.Hour)}
+	other := override.Override{ID: "o", Domain: "api", Entries: []descriptor.Entry{{Key: "client", Value: "c2"}}, Multiplier: 2, ExpiresAt: t0.Add(time.Hour)}
 	mine := other
-	mine.ID, mine.Entries = "m", []override.Entry{{Key: "client", Value: "c1"}}
+	mine.ID, mine.Entries = "m", []descriptor.Entry{{Key: "client", Value: "c1"}}
 	cases := []struct {
 		name string
 		opts func(*Options)

@@ -6,13 +6,9 @@ package override
 import (
 	"errors"
 	"time"
-)
 
-// Entry is one key/value pair of the descriptor prefix an override names.
-type Entry struct {
-	Key   string `json:"key"`
-	Value string `json:"value"`
-}
+	"github.com/tollgatehq/tollgate/pkg/descriptor"
+)
 
 // Limit is an absolute override: it replaces the limits of the rules the
 // entries resolve to.
@@ -28,11 +24,11 @@ type Override struct {
 	Domain string `json:"domain"`
 	// Entries are a prefix of the descriptors the override applies to:
 	// tenant=acme applies to every descriptor that begins with it.
-	Entries    []Entry   `json:"entries"`
-	Limit      *Limit    `json:"limit,omitempty"`
-	Multiplier float64   `json:"multiplier,omitempty"`
-	ExpiresAt  time.Time `json:"expires_at"`
-	Reason     string    `json:"reason,omitempty"`
+	Entries    []descriptor.Entry `json:"entries"`
+	Limit      *Limit             `json:"limit,omitempty"`
+	Multiplier float64            `json:"multiplier,omitempty"`
+	ExpiresAt  time.Time          `json:"expires_at"`
+	Reason     string             `json:"reason,omitempty"`
 	// CreatedBy names the admin token that created the override, never
 	// the token itself.
 	CreatedBy string    `json:"created_by,omitempty"`

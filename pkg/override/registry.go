@@ -385,14 +385,12 @@ func (r *Registry) validate(o *Override, now time.Time) error {
 	case len(o.Entries) == 0:
 		return invalid("no entries")
 	}
-	entries := make([]descriptor.Entry, len(o.Entries))
 	for i, e := range o.Entries {
 		if e.Key == "" {
 			return invalid("entries[%d]: empty key", i)
 		}
-		entries[i] = descriptor.Entry{Key: e.Key, Value: e.Value}
 	}
-	if !dom.Counts(entries) {
+	if !dom.Counts(o.Entries) {
 		return invalid("entries %s resolve to no rule with a limit in domain %q", formatEntries(o.Entries), o.Domain)
 	}
 	switch {
@@ -421,7 +419,7 @@ func (r *Registry) validate(o *Override, now time.Time) error {
 
 // formatEntries writes entries as key=value pairs joined by "/", as rule
 // paths are written.
-func formatEntries(entries []Entry) string {
+func formatEntries(entries []descriptor.Entry) string {
 	var b []byte
 	for i, e := range entries {
 		if i > 0 {

@@ -79,11 +79,11 @@ func newRegistry(t *testing.T, dir string) *registry {
 	return r
 }
 
-func entries(kv ...string) []override.Entry {
-	var out []override.Entry
+func entries(kv ...string) []descriptor.Entry {
+	var out []descriptor.Entry
 	for _, s := range kv {
 		k, v, _ := strings.Cut(s, "=")
-		out = append(out, override.Entry{Key: k, Value: v})
+		out = append(out, descriptor.Entry{Key: k, Value: v})
 	}
 	return out
 }

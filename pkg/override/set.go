@@ -30,9 +30,8 @@ type Set struct {
 type Live struct {
 	Override
 	// Name is the name of the limits it sets: NamePrefix and the ID.
-	Name    string
-	unit    descriptor.Unit
-	entries []descriptor.Entry
+	Name string
+	unit descriptor.Unit
 
 	// limits caches the limits it makes of a rule's, by rule; n counts
 	// them. At maxCached the cache starts again empty: a reload makes new
@@ -66,15 +65,12 @@ func NewSet(list []Override) *Set {
 			}
 			lv.unit = u
 		}
-		for _, e := range o.Entries {
-			lv.entries = append(lv.entries, descriptor.Entry{Key: e.Key, Value: e.Value})
-		}
 		dom := s.byFirst[o.Domain]
 		if dom == nil {
 			dom = make(map[descriptor.Entry][]*Live)
 			s.byFirst[o.Domain] = dom
 		}
-		dom[lv.entries[0]] = append(dom[lv.entries[0]], lv)
+		dom[o.Entries[0]] = append(dom[o.Entries[0]], lv)
 		s.all = append(s.all, o)
 	}
 	if len(s.all) == 0 {
@@ -83,7 +79,7 @@ func NewSet(list []Override) *Set {
 	for _, dom := range s.byFirst {
 		for _, lvs := range dom {
 			slices.SortStableFunc(lvs, func(a, b *Live) int {
-				if c := cmp.Compare(len(b.entries), len(a.entries)); c != 0 {
+				if c := cmp.Compare(len(b.Entries), len(a.Entries)); c != 0 {
 					return c
 				}
 				return b.CreatedAt.Compare(a.CreatedAt)
@@ -125,7 +121,7 @@ func (s *Set) Match(domain string, entries []descriptor.Entry, now time.Time) *L
 		return nil
 	}
 	for _, lv := range dom[entries[0]] {
-		if len(lv.entries) <= len(entries) && slices.Equal(lv.entries, entries[:len(lv.entries)]) && now.Before(lv.ExpiresAt) {
+		if len(lv.Entries) <= len(entries) && slices.Equal(lv.Entries, entries[:len(lv.Entries)]) && now.Before(lv.ExpiresAt) {
 			return lv
 		}
 	}

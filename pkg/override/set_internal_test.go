@@ -12,7 +12,7 @@ import (
 // limits of the rule requests reach now instead of making them anew for
 // every request.
 func TestLimitsCacheStartsAgainWhenFull(t *testing.T) {
-	set := NewSet([]Override{{ID: "x", Domain: "d", Entries: []Entry{{Key: "k", Value: "v"}}, Multiplier: 2,
+	set := NewSet([]Override{{ID: "x", Domain: "d", Entries: []descriptor.Entry{{Key: "k", Value: "v"}}, Multiplier: 2,
 		ExpiresAt: time.Now().Add(time.Hour)}})
 	lv := set.Match("d", []descriptor.Entry{{Key: "k", Value: "v"}}, time.Now())
 	if lv == nil {

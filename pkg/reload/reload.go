@@ -5,9 +5,10 @@
 // a broken configuration. Its Run method then watches the directory and
 // applies reloads in one coordinator goroutine, in order, whatever asked for
 // them: a file-system event, a SIGHUP the application forwards to Trigger,
-// or an admin call to Reload. Every reload builds and validates a complete
-// new tree off to the side and swaps it in with one atomic store; a broken
-// edit is logged and counted and the previous tree stays live.
+// or a call to Reload, which waits for the outcome. Every reload builds and
+// validates a complete new tree off to the side and swaps it in with one
+// atomic store; a broken edit is logged and counted and the previous tree
+// stays live.
 //
 // The watcher follows directories, not files, because editors save by
 // writing a temporary file and renaming it over the original, and

@@ -4,11 +4,8 @@ package rlsclient
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -20,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
+	"github.com/tollgatehq/tollgate/pkg/tlsfiles"
 )
 
 // Request is one ShouldRateLimit call in plain values.
@@ -97,26 +95,21 @@ func (t TLS) Credentials() (credentials.TransportCredentials, error) {
 	if t == (TLS{}) {
 		return insecure.NewCredentials(), nil
 	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName}
-	if t.CAFile != "" {
-		pem, err := os.ReadFile(t.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("reading the TLS CA: %w", err)
-		}
-		cfg.RootCAs = x509.NewCertPool()
-		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+	cfg, err := tlsfiles.ClientConfig(tlsfiles.ClientOptions{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, ServerName: t.ServerName})
+	if caErr, ok := errors.AsType[*tlsfiles.CAError](err); ok {
+		if errors.Is(caErr.Err, tlsfiles.ErrNoCA) {
 			return nil, fmt.Errorf("reading the TLS CA: no PEM certificate in %s", t.CAFile)
 		}
+		return nil, fmt.Errorf("reading the TLS CA: %w", caErr.Err)
 	}
-	if (t.CertFile == "") != (t.KeyFile == "") {
-		return nil, errors.New("a TLS client certificate needs both a certificate and a key file")
-	}
-	if t.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("loading the TLS client certificate %s: %w", t.CertFile, err)
+	if certErr, ok := errors.AsType[*tlsfiles.CertError](err); ok {
+		if errors.Is(certErr.Err, tlsfiles.ErrCertWithoutKey) {
+			return nil, errors.New("a TLS client certificate needs both a certificate and a key file")
 		}
-		cfg.Certificates = []tls.Certificate{cert}
+		return nil, fmt.Errorf("loading the TLS client certificate %s: %w", t.CertFile, certErr.Err)
+	}
+	if err != nil {
+		return nil, err
 	}
 	return credentials.NewTLS(cfg), nil
 }

@@ -25,6 +25,10 @@
 // timer, only on a handshake.
 //
 // Log lines and errors name the files, never their contents.
+//
+// For the client side of a connection, ClientConfig reads a CA file and an
+// optional client certificate and key once, into a configuration that
+// verifies the server; it does not follow a rotation.
 package tlsfiles
 
 import (

@@ -2,10 +2,10 @@ package xds
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"os"
+
+	"github.com/tollgatehq/tollgate/pkg/tlsfiles"
 )
 
 // TLSFiles names the files and the name a TLS connection to the xDS server
@@ -25,27 +25,18 @@ type TLSFiles struct {
 // ClientTLS returns the client TLS configuration f describes. The server's
 // certificate is always verified.
 func ClientTLS(f TLSFiles) (*tls.Config, error) {
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: f.SAN}
-	if f.CA != "" {
-		pem, err := os.ReadFile(f.CA)
-		if err != nil {
-			return nil, fmt.Errorf("xds: reading the CA: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
+	cfg, err := tlsfiles.ClientConfig(tlsfiles.ClientOptions{CAFile: f.CA, CertFile: f.Cert, KeyFile: f.Key, ServerName: f.SAN})
+	if caErr, ok := errors.AsType[*tlsfiles.CAError](err); ok {
+		if errors.Is(caErr.Err, tlsfiles.ErrNoCA) {
 			return nil, fmt.Errorf("xds: %s holds no PEM certificate", f.CA)
 		}
-		cfg.RootCAs = pool
+		return nil, fmt.Errorf("xds: reading the CA: %w", caErr.Err)
 	}
-	switch {
-	case f.Cert != "" && f.Key != "":
-		pair, err := tls.LoadX509KeyPair(f.Cert, f.Key)
-		if err != nil {
-			return nil, fmt.Errorf("xds: loading the client certificate: %w", err)
+	if certErr, ok := errors.AsType[*tlsfiles.CertError](err); ok {
+		if errors.Is(certErr.Err, tlsfiles.ErrCertWithoutKey) {
+			return nil, errors.New("xds: a client certificate needs both a certificate and a key file")
 		}
-		cfg.Certificates = []tls.Certificate{pair}
-	case f.Cert != "" || f.Key != "":
-		return nil, errors.New("xds: a client certificate needs both a certificate and a key file")
+		return nil, fmt.Errorf("xds: loading the client certificate: %w", certErr.Err)
 	}
-	return cfg, nil
+	return cfg, err
 }

@@ -10,6 +10,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tollgatehq/tollgate/internal/redistest"
+	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/override"
 	overrideredis "github.com/tollgatehq/tollgate/pkg/override/redis"
 )
@@ -41,7 +42,7 @@ func TestStore(t *testing.T) {
 			}
 			ctx := context.Background()
 			mk := func(id string, ttl time.Duration) override.Override {
-				return override.Override{ID: id, Domain: "api", Entries: []override.Entry{{Key: "k", Value: id}},
+				return override.Override{ID: id, Domain: "api", Entries: []descriptor.Entry{{Key: "k", Value: id}},
 					Multiplier: 2, ExpiresAt: now.Add(ttl), CreatedAt: now, Reason: "r"}
 			}
 			a, b, c := mk("a", time.Hour), mk("b", 2*time.Hour), mk("c", time.Minute)

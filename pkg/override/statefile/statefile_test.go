@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/internal/logtest"
+	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/override"
 	"github.com/tollgatehq/tollgate/pkg/override/statefile"
 	"github.com/tollgatehq/tollgate/pkg/store/storetest"
@@ -20,7 +21,7 @@ import (
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 func ov(id string, expires time.Time) override.Override {
-	return override.Override{ID: id, Domain: "api", Entries: []override.Entry{{Key: "k", Value: id}},
+	return override.Override{ID: id, Domain: "api", Entries: []descriptor.Entry{{Key: "k", Value: id}},
 		Multiplier: 2, ExpiresAt: expires, CreatedAt: t0, Reason: "r", CreatedBy: "ops"}
 }
 

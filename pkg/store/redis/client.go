@@ -2,18 +2,18 @@ package redis
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/tollgatehq/tollgate/pkg/tlsfiles"
 )
 
 // The deployment types of ClientConfig.Type.
@@ -186,34 +186,29 @@ func (c ClientConfig) tlsConfig() (*tls.Config, error) {
 		}
 		return nil, nil
 	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.ServerName}
+	cfg, err := tlsfiles.ClientConfig(tlsfiles.ClientOptions{CAFile: c.CAFile, CertFile: c.CertFile, KeyFile: c.KeyFile, ServerName: c.ServerName})
+	if err == nil {
+		return cfg, nil
+	}
 	var errs []error
-	if c.CAFile != "" {
-		pem, err := os.ReadFile(c.CAFile)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("redis TLS CA: %w", err))
+	if caErr, ok := errors.AsType[*tlsfiles.CAError](err); ok {
+		if errors.Is(caErr.Err, tlsfiles.ErrNoCA) {
+			errs = append(errs, fmt.Errorf("redis TLS CA %s: no PEM certificate found", c.CAFile))
 		} else {
-			cfg.RootCAs = x509.NewCertPool()
-			if !cfg.RootCAs.AppendCertsFromPEM(pem) {
-				errs = append(errs, fmt.Errorf("redis TLS CA %s: no PEM certificate found", c.CAFile))
-			}
+			errs = append(errs, fmt.Errorf("redis TLS CA: %w", caErr.Err))
 		}
 	}
-	switch {
-	case (c.CertFile == "") != (c.KeyFile == ""):
-		errs = append(errs, errors.New("redis TLS client certificate and key go together: give both or neither"))
-	case c.CertFile != "":
-		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("redis TLS client certificate %s and key %s: %w", c.CertFile, c.KeyFile, err))
+	if certErr, ok := errors.AsType[*tlsfiles.CertError](err); ok {
+		if errors.Is(certErr.Err, tlsfiles.ErrCertWithoutKey) {
+			errs = append(errs, errors.New("redis TLS client certificate and key go together: give both or neither"))
 		} else {
-			cfg.Certificates = []tls.Certificate{cert}
+			errs = append(errs, fmt.Errorf("redis TLS client certificate %s and key %s: %w", c.CertFile, c.KeyFile, certErr.Err))
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
+	if len(errs) == 0 {
 		return nil, err
 	}
-	return cfg, nil
+	return nil, errors.Join(errs...)
 }
 
 // go-redis's retries are off. The decision script is not idempotent: a

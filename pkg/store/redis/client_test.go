@@ -81,6 +81,8 @@ func TestClientConfigValidate(t *testing.T) {
 			"redis TLS CA: open " + missing + ": no such file or directory"},
 		{"cert without key", redis.ClientConfig{Addrs: []string{"n:1"}, TLS: true, CertFile: notPEM},
 			"redis TLS client certificate and key go together: give both or neither"},
+		{"ca and cert", redis.ClientConfig{Addrs: []string{"n:1"}, TLS: true, CAFile: notPEM, KeyFile: notPEM},
+			"redis TLS CA " + notPEM + ": no PEM certificate found\nredis TLS client certificate and key go together: give both or neither"},
 		{"several problems", redis.ClientConfig{Type: "cluster", DB: 2, Password: secret},
 			"no redis address\nredis db 2: a cluster has only db 0"},
 	}
