@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/internal/apptest"
+	"github.com/tollgatehq/tollgate/internal/polltest"
 	"github.com/tollgatehq/tollgate/pkg/app"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/rls"
@@ -143,22 +144,20 @@ func TestHealthNotServing(t *testing.T) {
 	defer client.Close()
 	req := rlsclient.Request{Domain: "tiers", Descriptors: [][]descriptor.Entry{{{Key: "tier", Value: "free"}, {Key: "api_key", Value: "k"}}}}
 	want := fmt.Sprintf("tollgate health: %s service %q: not serving (NOT_SERVING)\n", grpcAddr, rls.StoreServiceName)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	err = polltest.Poll(10*time.Second, 20*time.Millisecond, nil, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_, err := client.Query(ctx, req) // a failed decision opens the breaker
 		cancel()
 		if err != nil {
 			t.Fatalf("ShouldRateLimit: %v", err)
 		}
-		code, stdout, stderr := runMain("health", "--addr", grpcAddr, "--service", rls.StoreServiceName)
-		if code == 1 && stdout == "" && stderr == want {
-			break
+		if code, stdout, stderr := runMain("health", "--addr", grpcAddr, "--service", rls.StoreServiceName); code != 1 || stdout != "" || stderr != want {
+			return fmt.Errorf("store health with redis down: exit %d, stdout %q, stderr %q; want exit 1, stderr %q", code, stdout, stderr, want)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("store health with redis down: exit %d, stdout %q, stderr %q; want exit 1, stderr %q", code, stdout, stderr, want)
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval, not a wait for an event
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	// The server as a whole still serves: it answers by failure modes.
 	if code, stdout, stderr := runMain("health", "--addr", grpcAddr); code != 0 {
