@@ -122,7 +122,10 @@ type Store struct {
 	m      *metrics
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store   = (*Store)(nil)
+	_ store.Clearer = (*Store)(nil)
+)
 
 // shard is one locked part of the counters.
 type shard struct {

@@ -119,7 +119,10 @@ type Store struct {
 	hits   metric.Int64Counter
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store   = (*Store)(nil)
+	_ store.Clearer = (*Store)(nil)
+)
 
 // shard is one locked part of the cache.
 type shard struct {
