@@ -87,12 +87,15 @@ func (a *App) fleetEvent(ctx context.Context, e fleet.Event) {
 		cancel()
 	}
 	if len(e.Reset) > 0 {
-		hits := fleet.Hits(e.Reset)
+		counters := make([]store.Counter, len(e.Reset))
+		for i, c := range e.Reset {
+			counters[i] = store.Counter(c)
+		}
 		if a.overlimit != nil {
-			a.overlimit.Forget(hits)
+			a.overlimit.Forget(counters)
 		}
 		if a.cached != nil {
-			a.cached.Forget(hits)
+			a.cached.Forget(counters)
 		}
 	}
 }
@@ -114,13 +117,13 @@ func (a *App) publishReset(ctx context.Context, counters []store.Hit) {
 // overrides cover drop their leases (sized and charged under the old
 // limit) and their over-limit cache entries.
 func (a *App) overridesChanged(changed []override.Override) {
-	covers := func(domain string, entries []store.Entry) bool {
+	covers := func(c store.Counter) bool {
 		return slices.ContainsFunc(changed, func(o override.Override) bool {
-			if o.Domain != domain || len(o.Entries) > len(entries) {
+			if o.Domain != c.Domain || len(o.Entries) > len(c.Entries) {
 				return false
 			}
 			for i, e := range o.Entries {
-				if entries[i].Key != e.Key || entries[i].Value != e.Value {
+				if c.Entries[i].Key != e.Key || c.Entries[i].Value != e.Value {
 					return false
 				}
 			}
@@ -131,7 +134,7 @@ func (a *App) overridesChanged(changed []override.Override) {
 		a.overlimit.Drop(covers)
 	}
 	if a.cached != nil {
-		if n := a.cached.Drop(func(h *store.Hit) bool { return covers(h.Domain, h.Entries) }); n > 0 {
+		if n := a.cached.Drop(covers); n > 0 {
 			a.logger.Info("overrides changed: leases of the counters they cover returned", "counters", n)
 		}
 	}

@@ -27,13 +27,17 @@ var ErrCannotClear = errors.New("store cannot clear counters")
 // forget, which drops what the layer itself holds of them, before and
 // again after: a batch answered meanwhile cannot leave state behind. It
 // returns ErrCannotClear when next cannot clear counters.
-func ClearWrapped(ctx context.Context, next Store, counters []Hit, forget func([]Hit)) error {
+func ClearWrapped(ctx context.Context, next Store, counters []Hit, forget func([]Counter)) error {
 	c, ok := next.(Clearer)
 	if !ok {
 		return ErrCannotClear
 	}
-	forget(counters)
+	ids := make([]Counter, len(counters))
+	for i := range counters {
+		ids[i] = counters[i].Counter()
+	}
+	forget(ids)
 	err := c.Clear(ctx, counters)
-	forget(counters)
+	forget(ids)
 	return err
 }

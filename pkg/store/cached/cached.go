@@ -714,18 +714,16 @@ func (s *Store) sweep(now int64) {
 
 // Drop ends the leases of the counters for which match reports true, and
 // forgets them; it returns how many. The app calls it when a reload
-// changes or removes the rules of leased counters. match gets a counter's
-// identity as a Hit of cost 0. The unspent hits are given back in the
-// background.
-func (s *Store) Drop(match func(*store.Hit) bool) int {
+// changes or removes the rules of leased counters. The unspent hits are
+// given back in the background.
+func (s *Store) Drop(match func(store.Counter) bool) int {
 	n := 0
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for _, c := range sh.m {
 			h := c.identity()
-			h.Cached = true
-			if match(&h) {
+			if match(h.Counter()) {
 				s.remove(sh, c)
 				n++
 			}
@@ -738,7 +736,7 @@ func (s *Store) Drop(match func(*store.Hit) bool) int {
 
 // Reset ends every lease and forgets every counter, as Drop does.
 func (s *Store) Reset() int {
-	return s.Drop(func(*store.Hit) bool { return true })
+	return s.Drop(func(store.Counter) bool { return true })
 }
 
 // Clear forgets the counters here without giving their leases back (the
@@ -758,9 +756,9 @@ func (s *Store) Clear(ctx context.Context, counters []store.Hit) error {
 // Forget forgets the counters here without giving their leases back, as
 // Clear does, without clearing them in the inner store: what another
 // instance's reset asks of this one.
-func (s *Store) Forget(counters []store.Hit) {
+func (s *Store) Forget(counters []store.Counter) {
 	for i := range counters {
-		key := s.key(&counters[i])
+		key := s.counterKey(&counters[i])
 		sh := &s.shards[key%shardCount]
 		sh.mu.Lock()
 		if c := sh.m[key]; c != nil {
@@ -791,4 +789,10 @@ func (s *Store) Close(ctx context.Context) error {
 func (s *Store) key(h *store.Hit) uint64 {
 	var buf [256]byte
 	return maphash.Bytes(s.seed, h.AppendIdentity(buf[:0]))
+}
+
+// counterKey hashes a counter's identity as key does its hits'.
+func (s *Store) counterKey(c *store.Counter) uint64 {
+	var buf [256]byte
+	return maphash.Bytes(s.seed, c.AppendIdentity(buf[:0]))
 }
