@@ -87,15 +87,11 @@ func (a *App) fleetEvent(ctx context.Context, e fleet.Event) {
 		cancel()
 	}
 	if len(e.Reset) > 0 {
-		counters := make([]store.Counter, len(e.Reset))
-		for i, c := range e.Reset {
-			counters[i] = store.Counter(c)
-		}
 		if a.overlimit != nil {
-			a.overlimit.Forget(counters)
+			a.overlimit.Forget(e.Reset)
 		}
 		if a.cached != nil {
-			a.cached.Forget(counters)
+			a.cached.Forget(e.Reset)
 		}
 	}
 }
@@ -108,7 +104,11 @@ func (a *App) publishReset(ctx context.Context, counters []store.Hit) {
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fleetTimeout)
 	defer cancel()
-	if err := a.fleet.Publish(pctx, fleet.Event{Reset: fleet.Counters(counters)}); err != nil {
+	ids := make([]store.Counter, len(counters))
+	for i := range counters {
+		ids[i] = counters[i].Counter()
+	}
+	if err := a.fleet.Publish(pctx, fleet.Event{Reset: ids}); err != nil {
 		a.logger.Warn("telling other instances of a reset; their over-limit caches and leases end by themselves", "error", err)
 	}
 }

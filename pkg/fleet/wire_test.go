@@ -37,7 +37,7 @@ var wireCases = []struct {
 	},
 	{
 		name: "reset",
-		event: fleet.Event{Reset: []fleet.Counter{
+		event: fleet.Event{Reset: []store.Counter{
 			{
 				Domain:  "api",
 				Entries: []store.Entry{{Key: "api_key", Value: "k1"}, {Key: "endpoint", Value: "/search"}},
