@@ -3,6 +3,12 @@
 // holds locally: the overrides changed (read them again), or counters were
 // reset (forget their over-limit cache entries and leases).
 //
+// A Handler is the one owner of that forgetting on an instance. It hears
+// the local events (a reload that changed the rules, an override change, a
+// reset) and the remote ones (a Bus's events) alike, and asks the store
+// chain (Local) to forget what they make stale. Without Redis there is no
+// Bus, and the Handler applies the local events only.
+//
 // # Guarantees
 //
 // Events travel by Redis pub/sub on one channel (PUBLISH, which a Cluster
