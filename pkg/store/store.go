@@ -1,10 +1,14 @@
 // Package store defines how the limiter hands a batch of hits to a counting
-// backend, and the errors a backend reports: ErrUnavailable, which the
-// limiter answers by the rules' failure modes, and RetryAfterError, which
-// tells it when to come back. Backends live in sub-packages: memory (in
-// process, the default and the fallback of failure mode local) and redis
-// (shared by a fleet). breaker wraps any store in a circuit breaker, and
-// storetest holds stores for tests.
+// backend, the identity of the counters they count against (Counter), how
+// counters are cleared (Clearer), and the errors a backend reports:
+// ErrUnavailable, which the limiter answers by the rules' failure modes,
+// and RetryAfterError, which tells it when to come back. Backends live in
+// sub-packages: memory (in process, the default and the fallback of
+// failure mode local) and redis (shared by a fleet). Layers wrap a store:
+// breaker in a circuit breaker, overlimit answers counters known to be
+// over their limit without it, and cached decides the hits of cached
+// limits from leases on the shared counters. storetest holds stores for
+// tests.
 package store
 
 import (

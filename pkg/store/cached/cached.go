@@ -16,7 +16,9 @@ import (
 )
 
 // Leaser is the shared counter that leases are reserved from and given
-// back to: the Redis store in production, the memory store in tests.
+// back to: in production the circuit breaker in front of the Redis store,
+// so that reservations and returns that fail open it too; in tests the
+// memory store.
 //
 // Reserve grants leases[i] for reqs[i] as algorithm.Reserve does, each
 // charged to its counter at once; len(leases) equals len(reqs). Return
@@ -251,9 +253,9 @@ func (s *Store) remove(sh *shard, c *counter) {
 }
 
 // Drop ends the leases of the counters for which match reports true, and
-// forgets them; it returns how many. The app calls it when a reload
-// changes or removes the rules of leased counters. The unspent hits are
-// given back in the background.
+// forgets them; it returns how many. It is what a changed override asks
+// of the counters it covers (package fleet's Handler); a reload calls
+// Reset. The unspent hits are given back in the background.
 func (s *Store) Drop(match func(store.Counter) bool) int {
 	n := 0
 	for i := range s.shards {
