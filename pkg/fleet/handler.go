@@ -51,7 +51,7 @@ type HandlerOptions struct {
 	// Redis, where the Handler applies this instance's events only.
 	Bus *Bus
 	// Overrides is read again when another instance changed them, and
-	// after every (re)subscription.
+	// after every (re)subscription; nil without a Bus reads nothing.
 	Overrides Refresher
 	// Local is what the instance holds of counters; nil when it holds
 	// nothing (the memory store).
@@ -140,7 +140,7 @@ func (h *Handler) Reset(ctx context.Context, counters []store.Hit) {
 // again (which calls OverridesChanged through the registry when they
 // changed), and forgets what this instance holds of reset counters.
 func (h *Handler) Handle(ctx context.Context, e Event) {
-	if e.Overrides || e.Resync {
+	if (e.Overrides || e.Resync) && h.overrides != nil {
 		rctx, cancel := context.WithTimeout(ctx, timeout)
 		if err := h.overrides.Refresh(rctx); err != nil {
 			h.log.Warn("reading overrides after a change elsewhere; retrying at the next refresh", "error", err)

@@ -169,7 +169,7 @@ level=INFO msg="overrides changed: leases of the counters they cover returned" c
 	}
 	h.RulesChanged()
 	h.OverridesChanged([]fleet.Prefix{{Domain: "d"}})
-	h.Handle(context.Background(), fleet.Event{Reset: []store.Counter{acme}})
+	h.Handle(context.Background(), fleet.Event{Overrides: true, Reset: []store.Counter{acme}})
 }
 
 // TestHandlerHandle checks what an event from another instance does: an
