@@ -87,6 +87,9 @@ type App struct {
 	// fleet tells the other instances of override changes and resets;
 	// nil with the memory store.
 	fleet *fleet.Bus
+	// events forgets local state when rules, overrides or counters
+	// change, here or on other instances (overrides.go).
+	events *fleet.Handler
 
 	// audit records admin changes and reloads; auditedTree is the tree
 	// the audit last saw, which only treeChanged touches after build.
@@ -170,7 +173,7 @@ func (a *App) build(ctx context.Context) error {
 		Store:              st,
 		Tree:               a.reloader.Current,
 		Overrides:          a.overrides.Current,
-		OnReset:            a.publishReset,
+		OnReset:            a.events.Reset,
 		HeaderStyle:        style,
 		ShadowMode:         s.Rules.ShadowMode,
 		DefaultAlgorithm:   treeOpts.DefaultAlgorithm,
@@ -361,10 +364,8 @@ func (a *App) treeChanged(tree *descriptor.Tree) {
 		a.rls.SetServing(!a.settings.Failure.BreakerNotServing || a.degraded() == "")
 	}
 	a.auditReload(tree)
-	if a.cached != nil {
-		if n := a.cached.Reset(); n > 0 {
-			a.logger.Info("descriptor configuration changed: cached counters forgotten, their leases returned", "counters", n)
-		}
+	if a.events != nil {
+		a.events.RulesChanged()
 	}
 	a.noteCachedOnMemory(tree)
 }

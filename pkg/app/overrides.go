@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"slices"
 	"sync"
 	"time"
 
@@ -15,17 +14,21 @@ import (
 	overrideredis "github.com/tollgatehq/tollgate/pkg/override/redis"
 	"github.com/tollgatehq/tollgate/pkg/override/statefile"
 	"github.com/tollgatehq/tollgate/pkg/store"
+	"github.com/tollgatehq/tollgate/pkg/store/cached"
+	"github.com/tollgatehq/tollgate/pkg/store/overlimit"
 )
 
-// fleetTimeout bounds a publication on the fleet channel and a read of the
-// overrides that an event asks for.
+// fleetTimeout bounds the first read of the overrides, as package fleet
+// bounds the reads its events ask for.
 const fleetTimeout = 5 * time.Second
 
 // newOverrides builds the override registry the store calls for: in
 // process, persisted in --state-dir, with the memory store; in Redis,
 // with changes and resets pushed to the fleet by pub/sub, with the Redis
-// store. It reads the overrides once; with Redis away it starts with none
-// and Run reads them when Redis answers.
+// store. It builds the fleet's event handler, which forgets local state
+// when rules, overrides or counters change. It reads the overrides once;
+// with Redis away it starts with none and Run reads them when Redis
+// answers.
 func (a *App) newOverrides(ctx context.Context, meters metric.MeterProvider) error {
 	s := a.settings
 	opts := override.Options{
@@ -59,6 +62,13 @@ func (a *App) newOverrides(ctx context.Context, meters metric.MeterProvider) err
 	if a.overrides, err = override.NewRegistry(opts); err != nil {
 		return err
 	}
+	hopts := fleet.HandlerOptions{Bus: a.fleet, Overrides: a.overrides, Logger: a.logger}
+	if a.cached != nil {
+		hopts.Local = localState{cached: a.cached, overlimit: a.overlimit}
+	}
+	if a.events, err = fleet.NewHandler(hopts); err != nil {
+		return err
+	}
 	rctx, cancel := context.WithTimeout(ctx, fleetTimeout)
 	defer cancel()
 	if err := a.overrides.Refresh(rctx); err != nil {
@@ -71,71 +81,51 @@ func (a *App) newOverrides(ctx context.Context, meters metric.MeterProvider) err
 // refreshes, and with Redis the fleet channel's listener.
 func (a *App) runOverrides(ctx context.Context, wg *sync.WaitGroup) {
 	wg.Go(func() { a.overrides.Run(ctx) })
-	if a.fleet != nil {
-		wg.Go(func() { a.fleet.Run(ctx, a.fleetEvent) })
-	}
+	wg.Go(func() { a.events.Run(ctx) }) // returns at once without Redis
 }
 
-// fleetEvent applies a change another instance made: it reads the
-// overrides again, or forgets what this instance holds of reset counters.
-func (a *App) fleetEvent(ctx context.Context, e fleet.Event) {
-	if e.Overrides || e.Resync {
-		rctx, cancel := context.WithTimeout(ctx, fleetTimeout)
-		if err := a.overrides.Refresh(rctx); err != nil {
-			a.logger.Warn("reading overrides after a change elsewhere; retrying at the next refresh", "error", err)
-		}
-		cancel()
-	}
-	if len(e.Reset) > 0 {
-		hits := fleet.Hits(e.Reset)
-		if a.overlimit != nil {
-			a.overlimit.Forget(hits)
-		}
-		if a.cached != nil {
-			a.cached.Forget(hits)
-		}
-	}
-}
-
-// publishReset is the limiter's OnReset: it tells the other instances of
-// the fleet to forget what they hold of the counters.
-func (a *App) publishReset(ctx context.Context, counters []store.Hit) {
-	if a.fleet == nil {
-		return
-	}
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fleetTimeout)
-	defer cancel()
-	if err := a.fleet.Publish(pctx, fleet.Event{Reset: fleet.Counters(counters)}); err != nil {
-		a.logger.Warn("telling other instances of a reset; their over-limit caches and leases end by themselves", "error", err)
-	}
-}
-
-// overridesChanged is the registry's OnChange: the counters the changed
-// overrides cover drop their leases (sized and charged under the old
-// limit) and their over-limit cache entries.
+// overridesChanged is the registry's OnChange: the fleet's handler drops
+// what this instance holds of the counters the changed overrides cover.
 func (a *App) overridesChanged(changed []override.Override) {
-	covers := func(domain string, entries []store.Entry) bool {
-		return slices.ContainsFunc(changed, func(o override.Override) bool {
-			if o.Domain != domain || len(o.Entries) > len(entries) {
-				return false
-			}
-			for i, e := range o.Entries {
-				if entries[i].Key != e.Key || entries[i].Value != e.Value {
-					return false
-				}
-			}
-			return true
-		})
-	}
-	if a.overlimit != nil {
-		a.overlimit.Drop(covers)
-	}
-	if a.cached != nil {
-		if n := a.cached.Drop(func(h *store.Hit) bool { return covers(h.Domain, h.Entries) }); n > 0 {
-			a.logger.Info("overrides changed: leases of the counters they cover returned", "counters", n)
+	prefixes := make([]fleet.Prefix, len(changed))
+	for i, o := range changed {
+		entries := make([]store.Entry, len(o.Entries))
+		for j, e := range o.Entries {
+			entries[j] = store.Entry{Key: e.Key, Value: e.Value}
 		}
+		prefixes[i] = fleet.Prefix{Domain: o.Domain, Entries: entries}
 	}
+	a.events.OverridesChanged(prefixes)
 }
+
+// localState is what this instance holds of counters besides Redis, for
+// the fleet's handler: the cached store's leases and the over-limit
+// cache's entries (overlimit nil without one). The over-limit cache needs
+// nothing on a reload: an entry whose limit changed misses and is dropped
+// on its counter's next hit.
+type localState struct {
+	cached    *cached.Store
+	overlimit *overlimit.Store
+}
+
+var _ fleet.Local = localState{}
+
+func (l localState) Forget(counters []store.Counter) {
+	if l.overlimit != nil {
+		l.overlimit.Forget(counters)
+	}
+	l.cached.Forget(counters)
+}
+
+// Drop returns how many counters of the cached store gave back leases.
+func (l localState) Drop(match func(store.Counter) bool) int {
+	if l.overlimit != nil {
+		l.overlimit.Drop(match)
+	}
+	return l.cached.Drop(match)
+}
+
+func (l localState) Reset() int { return l.cached.Reset() }
 
 // writeOverrides writes the live overrides for /debug/config.
 func (a *App) writeOverrides(w io.Writer) {

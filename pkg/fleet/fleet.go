@@ -3,6 +3,12 @@
 // holds locally: the overrides changed (read them again), or counters were
 // reset (forget their over-limit cache entries and leases).
 //
+// A Handler is the one owner of that forgetting on an instance. It hears
+// the local events (a reload that changed the rules, an override change, a
+// reset) and the remote ones (a Bus's events) alike, and asks the store
+// chain (Local) to forget what they make stale. Without Redis there is no
+// Bus, and the Handler applies the local events only.
+//
 // # Guarantees
 //
 // Events travel by Redis pub/sub on one channel (PUBLISH, which a Cluster
@@ -38,19 +44,30 @@ import (
 // Event is one change on the fleet channel.
 type Event struct {
 	// Overrides says the overrides changed: read them again.
-	Overrides bool `json:"overrides,omitempty"`
+	Overrides bool
 	// Reset names counters that were cleared.
-	Reset []Counter `json:"reset,omitempty"`
+	Reset []store.Counter
 	// Resync is set on the event Run makes itself after subscribing,
 	// never published: events may have been missed.
-	Resync bool `json:"-"`
+	Resync bool
 	// Origin is the publishing Bus's random id; Run passes on no event of
 	// its own Bus, whose instance has applied the change already.
-	Origin string `json:"origin"`
+	Origin string
 }
 
-// Counter is a counter's identity, as store.Hit names it.
-type Counter struct {
+// message is an Event as it travels on the channel, in JSON. Instances of
+// different versions share the channel during a rolling upgrade, so these
+// bytes change only with a version that reads both (TestWireFormat pins
+// them).
+type message struct {
+	Overrides bool      `json:"overrides,omitempty"`
+	Reset     []counter `json:"reset,omitempty"`
+	Origin    string    `json:"origin"`
+}
+
+// counter is a store.Counter on the channel. Its entries are store.Entry
+// values, which carry no JSON tags: they travel as {"Key":…,"Value":…}.
+type counter struct {
 	Domain  string         `json:"domain"`
 	Entries []store.Entry  `json:"entries"`
 	Shard   string         `json:"shard,omitempty"`
@@ -58,24 +75,32 @@ type Counter struct {
 	Period  int64          `json:"period_us"`
 }
 
-// Counters returns the identities of hits.
-func Counters(hits []store.Hit) []Counter {
-	out := make([]Counter, len(hits))
-	for i, h := range hits {
-		out[i] = Counter{Domain: h.Domain, Entries: h.Entries, Shard: h.Shard, Kind: h.Limit.Kind, Period: h.Limit.Period}
+// encode returns the message of e.
+func encode(e Event) ([]byte, error) {
+	m := message{Overrides: e.Overrides, Origin: e.Origin}
+	if e.Reset != nil {
+		m.Reset = make([]counter, len(e.Reset))
+		for i, c := range e.Reset {
+			m.Reset[i] = counter(c)
+		}
 	}
-	return out
+	return json.Marshal(m)
 }
 
-// Hits returns the counters as hits of cost 0, as the stores' Forget
-// methods take them.
-func Hits(counters []Counter) []store.Hit {
-	out := make([]store.Hit, len(counters))
-	for i, c := range counters {
-		out[i] = store.Hit{Domain: c.Domain, Entries: c.Entries, Shard: c.Shard,
-			Limit: algorithm.Limit{Kind: c.Kind, Period: c.Period}}
+// decode returns the event of a message.
+func decode(data []byte) (Event, error) {
+	var m message
+	if err := json.Unmarshal(data, &m); err != nil {
+		return Event{}, err
 	}
-	return out
+	e := Event{Overrides: m.Overrides, Origin: m.Origin}
+	if m.Reset != nil {
+		e.Reset = make([]store.Counter, len(m.Reset))
+		for i, c := range m.Reset {
+			e.Reset[i] = store.Counter(c)
+		}
+	}
+	return e, nil
 }
 
 // Options configures a Bus. Client and Channel are required.
@@ -136,7 +161,7 @@ func New(opts Options) (*Bus, error) {
 // Publish sends e to every other subscribed instance.
 func (b *Bus) Publish(ctx context.Context, e Event) error {
 	e.Origin = b.id
-	data, err := json.Marshal(e)
+	data, err := encode(e)
 	if err != nil {
 		return fmt.Errorf("fleet: encoding an event: %w", err)
 	}
@@ -201,8 +226,8 @@ func (b *Bus) listen(ctx context.Context, handle func(context.Context, Event)) e
 		if !ok {
 			continue // a pong or a subscription change
 		}
-		var e Event
-		if err := json.Unmarshal([]byte(msg.Payload), &e); err != nil {
+		e, err := decode([]byte(msg.Payload))
+		if err != nil {
 			b.log.LogAttrs(ctx, slog.LevelWarn, "ignoring an event that cannot be decoded", slog.Any("error", err))
 			continue
 		}

@@ -68,15 +68,15 @@ func (l *listener) received() []fleet.Event {
 func TestBus(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	a, b := listen(t, srv.Addr), listen(t, srv.Addr)
-	hits := []store.Hit{{Domain: "d", Entries: []store.Entry{{Key: "k", Value: "v"}}, Shard: "v",
-		Limit: algorithm.Limit{Kind: algorithm.SlidingWindowLog, Period: 60e6}}}
-	if err := a.bus.Publish(context.Background(), fleet.Event{Reset: fleet.Counters(hits)}); err != nil {
+	counters := []store.Counter{{Domain: "d", Entries: []store.Entry{{Key: "k", Value: "v"}}, Shard: "v",
+		Kind: algorithm.SlidingWindowLog, Period: 60e6}}
+	if err := a.bus.Publish(context.Background(), fleet.Event{Reset: counters}); err != nil {
 		t.Fatal(err)
 	}
 	polltest.Eventually(t, time.Second, func() bool { return len(b.received()) == 2 }, "b received %+v", b.received())
 	got := b.received()
-	if !got[0].Resync || got[1].Resync || !reflect.DeepEqual(fleet.Hits(got[1].Reset), hits) {
-		t.Fatalf("b received %+v, want a resync, then the reset of %+v", got, hits)
+	if !got[0].Resync || got[1].Resync || !reflect.DeepEqual(got[1].Reset, counters) {
+		t.Fatalf("b received %+v, want a resync, then the reset of %+v", got, counters)
 	}
 	if got := a.received(); len(got) != 1 || !got[0].Resync {
 		t.Fatalf("a received %+v, want only its resync", got)

@@ -31,11 +31,6 @@ var ErrCannotReset = fmt.Errorf("limiter: %w", store.ErrCannotClear)
 // shorter: an operator's reset may wait longer than a decision.
 const resetTimeout = 5 * time.Second
 
-// clearer is a store that can forget counters (see package store).
-type clearer interface {
-	Clear(ctx context.Context, counters []store.Hit) error
-}
-
 // Reset clears the counters that req's descriptors count against, so that
 // each starts again empty: it resolves the descriptors as Check does
 // (rules, replaces, Envoy and admin overrides alike) and asks the store to
@@ -53,7 +48,7 @@ func (l *Limiter) Reset(ctx context.Context, req *Request) ([]ResetCounter, erro
 	if err != nil {
 		return nil, err
 	}
-	c, ok := l.store.(clearer)
+	c, ok := l.store.(store.Clearer)
 	if !ok {
 		return nil, ErrCannotReset
 	}
@@ -85,7 +80,7 @@ func (l *Limiter) Reset(ctx context.Context, req *Request) ([]ResetCounter, erro
 		return nil, nil
 	}
 	var errs []error
-	if fc, ok := l.fallback.(clearer); ok {
+	if fc, ok := l.fallback.(store.Clearer); ok {
 		if err := fc.Clear(ctx, counters); err != nil {
 			errs = append(errs, fmt.Errorf("clearing the local fallback's counters: %w", err))
 		}

@@ -13,7 +13,7 @@ import (
 
 // Clear clears in the recorder's store.
 func (r *recorder) Clear(ctx context.Context, counters []store.Hit) error {
-	return r.inner.(clearer).Clear(ctx, counters)
+	return r.inner.(store.Clearer).Clear(ctx, counters)
 }
 
 const resetYAML = `

@@ -1,10 +1,14 @@
 // Package store defines how the limiter hands a batch of hits to a counting
-// backend, and the errors a backend reports: ErrUnavailable, which the
-// limiter answers by the rules' failure modes, and RetryAfterError, which
-// tells it when to come back. Backends live in sub-packages: memory (in
-// process, the default and the fallback of failure mode local) and redis
-// (shared by a fleet). breaker wraps any store in a circuit breaker, and
-// storetest holds stores for tests.
+// backend, the identity of the counters they count against (Counter), how
+// counters are cleared (Clearer), and the errors a backend reports:
+// ErrUnavailable, which the limiter answers by the rules' failure modes,
+// and RetryAfterError, which tells it when to come back. Backends live in
+// sub-packages: memory (in process, the default and the fallback of
+// failure mode local) and redis (shared by a fleet). Layers wrap a store:
+// breaker in a circuit breaker, overlimit answers counters known to be
+// over their limit without it, and cached decides the hits of cached
+// limits from leases on the shared counters. storetest holds stores for
+// tests.
 package store
 
 import (
@@ -24,8 +28,8 @@ type Entry struct {
 
 // Hit asks a store to count Cost against one limit of one descriptor.
 //
-// A counter is identified by Domain, Entries, Limit.Kind and Limit.Period:
-// changing Requests or Burst keeps the count.
+// A counter is identified by Domain, Entries, Limit.Kind and Limit.Period
+// (Hit.Counter): changing Requests or Burst keeps the count.
 type Hit struct {
 	Domain  string
 	Entries []Entry
@@ -53,23 +57,53 @@ type Hit struct {
 	Penalty *algorithm.Penalty
 }
 
+// Counter is a counter's identity: what every Hit with the same Domain,
+// Entries, Limit.Kind and Limit.Period counts against, and the Shard that
+// places it. Layers that hold state of counters in process (leases,
+// over-limit cache entries) forget it by Counter, and an instance names
+// the counters it reset to the others of its fleet by Counter.
+type Counter struct {
+	Domain  string
+	Entries []Entry
+	Shard   string
+	Kind    algorithm.Kind
+	// Period is the limit's period in µs, as algorithm.Limit has it.
+	Period int64
+}
+
+// Counter returns the counter h counts against. Its Entries are h's, not
+// a copy.
+func (h *Hit) Counter() Counter {
+	return Counter{Domain: h.Domain, Entries: h.Entries, Shard: h.Shard, Kind: h.Limit.Kind, Period: h.Limit.Period}
+}
+
 // AppendIdentity appends to b the encoding of the counter h counts
-// against: Domain, Entries, Limit.Kind and Limit.Period, every string
-// prefixed by its length, so that no two counters share an encoding. The
-// stores that keep counters in process hash it into their keys.
+// against, as Counter.AppendIdentity does.
 func (h *Hit) AppendIdentity(b []byte) []byte {
-	b = binary.AppendUvarint(b, uint64(len(h.Domain)))
-	b = append(b, h.Domain...)
-	b = binary.AppendUvarint(b, uint64(len(h.Entries)))
-	for i := range h.Entries {
-		e := &h.Entries[i]
+	return appendIdentity(b, h.Domain, h.Entries, h.Limit.Kind, h.Limit.Period)
+}
+
+// AppendIdentity appends to b the encoding of c: Domain, Entries, Kind and
+// Period (not Shard, which only places it), every string prefixed by its
+// length, so that no two counters share an encoding. The stores that keep
+// counters in process hash it into their keys.
+func (c *Counter) AppendIdentity(b []byte) []byte {
+	return appendIdentity(b, c.Domain, c.Entries, c.Kind, c.Period)
+}
+
+func appendIdentity(b []byte, domain string, entries []Entry, kind algorithm.Kind, period int64) []byte {
+	b = binary.AppendUvarint(b, uint64(len(domain)))
+	b = append(b, domain...)
+	b = binary.AppendUvarint(b, uint64(len(entries)))
+	for i := range entries {
+		e := &entries[i]
 		b = binary.AppendUvarint(b, uint64(len(e.Key)))
 		b = append(b, e.Key...)
 		b = binary.AppendUvarint(b, uint64(len(e.Value)))
 		b = append(b, e.Value...)
 	}
-	b = append(b, byte(h.Limit.Kind))
-	return binary.LittleEndian.AppendUint64(b, uint64(h.Limit.Period))
+	b = append(b, byte(kind))
+	return binary.LittleEndian.AppendUint64(b, uint64(period))
 }
 
 // Store applies batches of hits.

@@ -102,7 +102,10 @@ type Store struct {
 	onChange func(State)
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store   = (*Store)(nil)
+	_ store.Clearer = (*Store)(nil)
+)
 
 // OpenError is the error of a call that the breaker refused without
 // asking the store. It wraps store.ErrUnavailable and is a
@@ -306,16 +309,11 @@ func fromGobreaker(st gobreaker.State) State {
 	return Closed
 }
 
-// clearer is a store that can forget counters (see package store).
-type clearer interface {
-	Clear(ctx context.Context, counters []store.Hit) error
-}
-
 // Clear passes the call to the store unless the breaker is open; it counts
 // as a call like Apply. It returns store.ErrCannotClear when the store
 // cannot clear counters.
 func (s *Store) Clear(ctx context.Context, counters []store.Hit) error {
-	c, ok := s.next.(clearer)
+	c, ok := s.next.(store.Clearer)
 	if !ok {
 		return store.ErrCannotClear
 	}

@@ -3,7 +3,6 @@ package cached
 import (
 	"context"
 	"errors"
-	"fmt"
 	"hash/maphash"
 	"log/slog"
 	"sync"
@@ -17,7 +16,9 @@ import (
 )
 
 // Leaser is the shared counter that leases are reserved from and given
-// back to: the Redis store in production, the memory store in tests.
+// back to: in production the circuit breaker in front of the Redis store,
+// so that reservations and returns that fail open it too; in tests the
+// memory store.
 //
 // Reserve grants leases[i] for reqs[i] as algorithm.Reserve does, each
 // charged to its counter at once; len(leases) equals len(reqs). Return
@@ -122,7 +123,10 @@ type Store struct {
 	m      *metrics
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store   = (*Store)(nil)
+	_ store.Clearer = (*Store)(nil)
+)
 
 // shard is one locked part of the counters.
 type shard struct {
@@ -193,194 +197,6 @@ func (s *Store) Len() int {
 	return n
 }
 
-// decision is what Apply did with one hit.
-type decision struct {
-	c *counter
-	// inner marks a hit sent to the inner store with cost strict.
-	inner  bool
-	strict int64
-	// always marks hits taken from a lease by an always-charged hit,
-	// never given back.
-	always bool
-	// probe marks a strict hit whose verdict tells its counter how much
-	// is left.
-	probe  bool
-	parts  [2]part
-	nparts int
-}
-
-// part is hits taken from one grant.
-type part struct {
-	seq   uint64
-	n     int64
-	lease algorithm.Lease
-}
-
-// leased reports whether h may be decided from a lease. A hit under a
-// penalty never is: its rejections are strikes the shared store counts,
-// and its cooldown is shared there.
-func leased(h *store.Hit) bool {
-	return h.Cached && h.Limit.Kind.Leasable() && h.Penalty == nil
-}
-
-// Apply implements store.Store. Cached hits of a leasable algorithm are
-// decided from this instance's leases, reserving or waiting for one when
-// a lease is empty; the others go to the inner store in one batch. The
-// batch stays all or nothing (see the package doc).
-func (s *Store) Apply(ctx context.Context, hits []store.Hit, verdicts []algorithm.Verdict) error {
-	if len(verdicts) != len(hits) {
-		return fmt.Errorf("cached store: %d verdicts for %d hits", len(verdicts), len(hits))
-	}
-	leasing := false
-	for i := range hits {
-		leasing = leasing || leased(&hits[i])
-	}
-	if !leasing || s.closed.Load() {
-		s.m.paths[pathStrict].Add(int64(len(hits)))
-		err := s.inner.Apply(ctx, hits, verdicts)
-		s.observe(err)
-		return err
-	}
-	var inline [inlineHits]decision
-	ds := inline[:0]
-	if len(hits) > inlineHits {
-		ds = make([]decision, len(hits))
-	}
-	ds = ds[:len(hits)]
-	now := s.now()
-	rejected, strict := false, 0
-	// Always-charged hits first, as store.Store's batch rule orders them.
-	for pass := range 2 {
-		for i := range hits {
-			h := &hits[i]
-			if (h.Limit.Charge == algorithm.ChargeAlways) != (pass == 0) {
-				continue
-			}
-			d := &ds[i]
-			if !leased(h) {
-				d.inner, d.strict = true, h.Cost
-				s.m.paths[pathStrict].Add(1)
-			} else if err := s.decide(ctx, h, d, &verdicts[i], &now); err != nil {
-				s.giveBack(ds, verdicts, now, false)
-				return err
-			}
-			if d.inner {
-				strict++
-			} else if !verdicts[i].Allowed && !h.Soft {
-				rejected = true
-			}
-		}
-	}
-	if strict > 0 {
-		if err := s.applyStrict(ctx, hits, ds, verdicts, strict, rejected, now); err != nil {
-			s.giveBack(ds, verdicts, now, false)
-			return err
-		}
-		for i := range hits {
-			if ds[i].inner && !verdicts[i].Allowed && !hits[i].Soft {
-				rejected = true
-			}
-		}
-	}
-	if rejected {
-		s.giveBack(ds, verdicts, now, true)
-	}
-	return nil
-}
-
-// applyStrict sends the hits marked inner to the inner store as one
-// batch. When the batch is already rejected, hits that are not always
-// charged are sent as checks (cost 0), for their statuses only.
-func (s *Store) applyStrict(ctx context.Context, hits []store.Hit, ds []decision, verdicts []algorithm.Verdict, n int, rejected bool, now int64) error {
-	var inlineH [inlineHits]store.Hit
-	var inlineV [inlineHits]algorithm.Verdict
-	var inlineI [inlineHits]int
-	sh, sv, si := inlineH[:0], inlineV[:0], inlineI[:0]
-	if n > inlineHits {
-		sh, sv, si = make([]store.Hit, 0, n), make([]algorithm.Verdict, 0, n), make([]int, 0, n)
-	}
-	for i := range hits {
-		if !ds[i].inner {
-			continue
-		}
-		h := hits[i]
-		h.Cost = ds[i].strict
-		if rejected && h.Limit.Charge != algorithm.ChargeAlways {
-			h.Cost = 0
-		}
-		sh, sv, si = append(sh, h), append(sv, algorithm.Verdict{}), append(si, i)
-	}
-	if err := s.inner.Apply(ctx, sh, sv); err != nil {
-		s.observe(err)
-		return err
-	}
-	for j, i := range si {
-		verdicts[i] = sv[j]
-		if d := &ds[i]; d.probe {
-			sh := &s.shards[d.c.key%shardCount]
-			sh.mu.Lock()
-			d.c.strictAnswer(sv[j], hits[i].Cost, now, s.interval)
-			sh.mu.Unlock()
-		}
-	}
-	return nil
-}
-
-// decide decides one cached hit at *now: from the lease when it has room,
-// else after waiting for or making a reservation; what no lease covers is
-// marked for the inner store. After a wait it reads the clock again into
-// *now: a lease that ended meanwhile must not be spent.
-func (s *Store) decide(ctx context.Context, h *store.Hit, d *decision, v *algorithm.Verdict, nowp *int64) error {
-	now := *nowp
-	if h.Cost < 0 {
-		// A refund goes to the shared counter, where it helps every
-		// instance; a counter known to be over may admit again.
-		s.forgetOver(h)
-		d.inner, d.strict = true, h.Cost
-		s.m.paths[pathStrict].Add(1)
-		return nil
-	}
-	for attempt := range attempts {
-		sh, c := s.counter(h, now)
-		if attempt == 0 {
-			c.touch(h, now, s.interval)
-		}
-		res := c.spend(s, h, d, v, now)
-		if res == spendEmpty && attempt == attempts-1 {
-			// Other hits took what the reservations brought: the shared
-			// counter decides.
-			d.inner, d.strict = true, h.Cost
-			res = spendStrict
-		}
-		switch res {
-		case spendLocal:
-			s.maybeRenew(c, now)
-			sh.mu.Unlock()
-			if attempt == 0 {
-				s.m.paths[pathLocal].Add(1)
-			} else {
-				s.m.paths[pathRenewalWait].Add(1)
-			}
-			return nil
-		case spendOver:
-			sh.mu.Unlock()
-			s.m.paths[pathOverLimit].Add(1)
-			return nil
-		case spendStrict:
-			sh.mu.Unlock()
-			s.m.paths[pathStrict].Add(1)
-			return nil
-		}
-		sh.mu.Unlock()
-		if err := s.acquire(ctx, c, h.Cost); err != nil {
-			return err
-		}
-		now = s.now()
-		*nowp = now
-	}
-	panic("unreachable")
-}
-
 // counter returns h's counter, created if need be, with its shard locked.
 func (s *Store) counter(h *store.Hit, now int64) (*shard, *counter) {
 	key := s.key(h)
@@ -436,293 +252,18 @@ func (s *Store) remove(sh *shard, c *counter) {
 	c.release(s)
 }
 
-// renewal is a reservation in flight for a counter.
-type renewal struct {
-	// done is closed when the reservation is answered, after err is set.
-	done chan struct{}
-	// err is the failure the hits waiting for it give up with; nil when
-	// it succeeded, or failed only because its caller's context ended
-	// (the waiters then try themselves).
-	err error
-}
-
-// acquire makes sure a reservation for c has been answered since the call:
-// it waits for the one in flight, or reserves at least need hits itself.
-// A wait ends early, with an error, when that reservation fails or the
-// shared store refuses a call meanwhile: a hung store then costs a hit no
-// more than the breaker takes to open, not its whole deadline.
-func (s *Store) acquire(ctx context.Context, c *counter, need int64) error {
-	sh := &s.shards[c.key%shardCount]
-	sh.mu.Lock()
-	if c.gone {
-		sh.mu.Unlock()
-		return nil
-	}
-	if r := c.renewing; r != nil {
-		sh.mu.Unlock()
-		s.mu.Lock()
-		refused := s.refused
-		s.mu.Unlock()
-		select {
-		case <-r.done:
-			if r.err != nil {
-				return fmt.Errorf("cached store: waiting for a lease: %w", r.err)
-			}
-			return nil
-		case <-refused:
-			s.mu.Lock()
-			err := s.refusal
-			s.mu.Unlock()
-			return fmt.Errorf("cached store: waiting for a lease: %w", err)
-		case <-ctx.Done():
-			return fmt.Errorf("cached store: waiting for a lease: %w: %w", store.ErrUnavailable, ctx.Err())
-		}
-	}
-	r := &renewal{done: make(chan struct{})}
-	c.renewing = r
-	req := c.request(s, need)
-	sh.mu.Unlock()
-	at := s.now()
-	var lease [1]algorithm.Lease
-	err := s.leaser.Reserve(ctx, []store.LeaseRequest{req}, lease[:])
-	s.m.call(ctx, opReserve, err)
-	s.observe(err)
-	if err != nil && ctx.Err() == nil {
-		r.err = err
-	}
-	s.finish(c, r, at, lease[0], err)
-	if err != nil {
-		return fmt.Errorf("cached store: reserving a lease: %w", err)
-	}
-	if s.closed.Load() {
-		// Close may have collected its returns already: give back what
-		// this reservation brought to a forgotten counter at once.
-		return s.flushReturns(ctx)
-	}
-	return nil
-}
-
-// finish installs the answer of a reservation made at at for c and wakes
-// whoever waits for it.
-func (s *Store) finish(c *counter, r *renewal, at int64, lease algorithm.Lease, err error) {
-	sh := &s.shards[c.key%shardCount]
-	sh.mu.Lock()
-	c.renewing = nil
-	close(r.done)
-	if err == nil {
-		s.m.granted(lease.Hits)
-		c.install(s, at, lease)
-	}
-	sh.mu.Unlock()
-}
-
-// maybeRenew queues a background renewal of c, whose shard is locked,
-// when its lease runs low: a quarter of the last grant or less is left,
-// or a token-bucket lease ends within one RenewInterval with no other
-// grant held.
-func (s *Store) maybeRenew(c *counter, now int64) {
-	if c.renewing != nil || c.queued || c.gone || c.overUntil > now {
-		return
-	}
-	if c.leftAt(now) < aheadBelow {
-		// Near the limit a hit reserved ahead may sit here while another
-		// instance is refused it: reserve only on demand.
-		return
-	}
-	room := c.room()
-	low := room*4 <= c.lastHits
-	if !low && c.limit.Kind == algorithm.TokenBucket && c.grants[1].lease.Hits == 0 {
-		low = c.grants[0].lease.Until-now <= s.interval
-	}
-	if !low {
-		return
-	}
-	c.queued = true
-	s.mu.Lock()
-	s.renewals = append(s.renewals, c)
-	s.mu.Unlock()
-	s.wake()
-}
-
-// observe takes in the outcome of a call to the shared store: a refusal
-// (a store.RetryAfterError, such as an open breaker's) wakes the hits
-// waiting for reservations, which give up with it.
-func (s *Store) observe(err error) {
-	var refusal store.RetryAfterError
-	if err == nil || !errors.Is(err, store.ErrUnavailable) || !errors.As(err, &refusal) {
-		return
-	}
-	s.mu.Lock()
-	s.refusal = err
-	close(s.refused)
-	s.refused = make(chan struct{})
-	s.mu.Unlock()
-}
-
-func (s *Store) wake() {
-	select {
-	case s.kick <- struct{}{}:
-	default:
-	}
-}
-
-// queueReturn queues the return of unspent hits of lease on c.
-func (s *Store) queueReturn(c *counter, lease algorithm.Lease, unspent int64) {
-	if unspent <= 0 || c.cleared {
-		return
-	}
-	s.mu.Lock()
-	s.returns = append(s.returns, store.LeaseReturn{Counter: c.identity(), Lease: lease, Unspent: unspent})
-	s.mu.Unlock()
-}
-
-// giveBack undoes the local spends of the hits that are not always
-// charged; with status, the admitted ones then report their counters as
-// they stand.
-func (s *Store) giveBack(ds []decision, verdicts []algorithm.Verdict, now int64, status bool) {
-	queued := false
-	for i := range ds {
-		d := &ds[i]
-		if d.c == nil || d.always || d.inner {
-			continue
-		}
-		sh := &s.shards[d.c.key%shardCount]
-		sh.mu.Lock()
-		for _, p := range d.parts[:d.nparts] {
-			if !d.c.unspend(p) {
-				s.queueReturn(d.c, p.lease, p.n)
-				queued = true
-			}
-		}
-		d.nparts = 0
-		if status && verdicts[i].Allowed {
-			verdicts[i] = d.c.status(now)
-		}
-		sh.mu.Unlock()
-	}
-	if queued {
-		s.wake()
-	}
-}
-
-// run is the Store's goroutine: it sends queued renewals and returns, and
-// every RenewInterval ends expired leases and idle counters.
-func (s *Store) run(ctx context.Context) {
-	defer close(s.done)
-	tick := time.NewTicker(time.Duration(s.interval) * time.Microsecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.kick:
-		case <-tick.C:
-			s.sweep(s.now())
-		}
-		s.renew(ctx)
-		call, cancel := context.WithTimeout(ctx, s.timeout)
-		if err := s.flushReturns(call); err != nil {
-			s.log.Warn("returning leases", slog.Any("error", err))
-		}
-		cancel()
-	}
-}
-
-// renew sends every queued renewal in one Reserve call.
-func (s *Store) renew(ctx context.Context) {
-	s.mu.Lock()
-	queued := s.renewals
-	s.renewals = nil
-	s.mu.Unlock()
-	if len(queued) == 0 {
-		return
-	}
-	cs := queued[:0]
-	reqs := make([]store.LeaseRequest, 0, len(queued))
-	rs := make([]*renewal, 0, len(queued))
-	for _, c := range queued {
-		sh := &s.shards[c.key%shardCount]
-		sh.mu.Lock()
-		c.queued = false
-		if !c.gone && c.renewing == nil {
-			r := &renewal{done: make(chan struct{})}
-			c.renewing = r
-			reqs = append(reqs, c.request(s, 1))
-			cs, rs = append(cs, c), append(rs, r)
-		}
-		sh.mu.Unlock()
-	}
-	if len(cs) == 0 {
-		return
-	}
-	at := s.now()
-	leases := make([]algorithm.Lease, len(reqs))
-	call, cancel := context.WithTimeout(ctx, s.timeout)
-	err := s.leaser.Reserve(call, reqs, leases)
-	cancel()
-	s.m.call(ctx, opReserve, err)
-	s.observe(err)
-	if err != nil {
-		s.log.Warn("renewing leases", slog.Int("counters", len(reqs)), slog.Any("error", err))
-	}
-	for i, c := range cs {
-		rs[i].err = err
-		s.finish(c, rs[i], at, leases[i], err)
-	}
-}
-
-// flushReturns sends every queued return in one Return call.
-func (s *Store) flushReturns(ctx context.Context) error {
-	s.mu.Lock()
-	returns := s.returns
-	s.returns = nil
-	s.mu.Unlock()
-	if len(returns) == 0 {
-		return nil
-	}
-	err := s.leaser.Return(ctx, returns)
-	s.m.call(ctx, opReturn, err)
-	s.observe(err)
-	if err != nil {
-		return fmt.Errorf("cached store: returning %d leases: %w", len(returns), err)
-	}
-	var n int64
-	for i := range returns {
-		n += returns[i].Unspent
-	}
-	s.m.returned.Add(ctx, n)
-	return nil
-}
-
-// sweep ends expired grants and forgets counters idle for IdleAfter.
-func (s *Store) sweep(now int64) {
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		for _, c := range sh.m {
-			c.expire(s, now)
-			if now-c.used >= s.idle && c.renewing == nil && !c.queued {
-				s.remove(sh, c)
-			}
-		}
-		sh.mu.Unlock()
-	}
-}
-
 // Drop ends the leases of the counters for which match reports true, and
-// forgets them; it returns how many. The app calls it when a reload
-// changes or removes the rules of leased counters. match gets a counter's
-// identity as a Hit of cost 0. The unspent hits are given back in the
-// background.
-func (s *Store) Drop(match func(*store.Hit) bool) int {
+// forgets them; it returns how many. It is what a changed override asks
+// of the counters it covers (package fleet's Handler); a reload calls
+// Reset. The unspent hits are given back in the background.
+func (s *Store) Drop(match func(store.Counter) bool) int {
 	n := 0
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for _, c := range sh.m {
 			h := c.identity()
-			h.Cached = true
-			if match(&h) {
+			if match(h.Counter()) {
 				s.remove(sh, c)
 				n++
 			}
@@ -735,7 +276,7 @@ func (s *Store) Drop(match func(*store.Hit) bool) int {
 
 // Reset ends every lease and forgets every counter, as Drop does.
 func (s *Store) Reset() int {
-	return s.Drop(func(*store.Hit) bool { return true })
+	return s.Drop(func(store.Counter) bool { return true })
 }
 
 // Clear forgets the counters here without giving their leases back (the
@@ -755,9 +296,9 @@ func (s *Store) Clear(ctx context.Context, counters []store.Hit) error {
 // Forget forgets the counters here without giving their leases back, as
 // Clear does, without clearing them in the inner store: what another
 // instance's reset asks of this one.
-func (s *Store) Forget(counters []store.Hit) {
+func (s *Store) Forget(counters []store.Counter) {
 	for i := range counters {
-		key := s.key(&counters[i])
+		key := s.counterKey(&counters[i])
 		sh := &s.shards[key%shardCount]
 		sh.mu.Lock()
 		if c := sh.m[key]; c != nil {
@@ -788,4 +329,10 @@ func (s *Store) Close(ctx context.Context) error {
 func (s *Store) key(h *store.Hit) uint64 {
 	var buf [256]byte
 	return maphash.Bytes(s.seed, h.AppendIdentity(buf[:0]))
+}
+
+// counterKey hashes a counter's identity as key does its hits'.
+func (s *Store) counterKey(c *store.Counter) uint64 {
+	var buf [256]byte
+	return maphash.Bytes(s.seed, c.AppendIdentity(buf[:0]))
 }

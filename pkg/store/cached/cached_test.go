@@ -150,7 +150,7 @@ func TestLeaseLifecycle(t *testing.T) {
 			}
 		}},
 		{"a reload drops the leases of its rules", fixed, func(t *testing.T, m *memory.Store, s *cached.Store) {
-			if n := s.Drop(func(h *store.Hit) bool { return h.Domain == "d" }); n != 1 {
+			if n := s.Drop(func(c store.Counter) bool { return c.Domain == "d" }); n != 1 {
 				t.Fatalf("dropped %d counters, want 1", n)
 			}
 		}},

@@ -35,7 +35,7 @@ func TestClearDropsLeasesWithoutReturn(t *testing.T) {
 					if err := m.Clear(context.Background(), []store.Hit{h}); err != nil {
 						t.Fatal(err)
 					}
-					s.Forget([]store.Hit{h})
+					s.Forget([]store.Counter{h.Counter()})
 				}
 				if held := s.Held(h); held != 0 {
 					t.Fatalf("%d hits held after %s, want 0", held, way)

@@ -109,15 +109,13 @@
 // again after one RenewInterval at most, so hits given back by others
 // (an idle or evicted counter, a reload, Close) reach it within that.
 //
-// Measured on this project's 2-core machine: TestCachedFleet (three
-// instances on one real Redis, standalone and Cluster, 12 goroutines at
-// 1.5 times the limit, split 4/4/4 and 8/3/1, limits 5 and 10 000; three
-// runs) rejected falsely 0–1 hits per run, at most 0.001 % of the hits
-// admitted, against the test's bound of 0.1 %; the in-process fleet test
-// (TestFleetNeverExceedsTheLimit, limits 5, 100 and 10 000) none. The
-// fleet test judges a hit decided in Redis at the script's instant: judged
-// at the end of its call instead, a strict rejection looks false by the
-// room that freed during the round trip.
+// TestCachedFleet (three instances on one real Redis, in package redis)
+// and TestFleetNeverExceedsTheLimit (in process) bound the false
+// rejections; make bench reports what the former measures (see the
+// README's load testing section). The fleet test judges a hit decided in
+// Redis at the script's instant: judged at the end of its call instead, a
+// strict rejection looks false by the room that freed during the round
+// trip.
 //
 // An instance that dies without Close
 // takes its unspent leases with it: those hits stay charged until their
@@ -133,8 +131,9 @@
 // Unspent hits go back (algorithm.Return, batched in one Return call per
 // tick) when a lease reaches its Until, when a counter has had no hit for
 // IdleAfter (1 s), when a counter is evicted to stay within MaxKeys, when
-// Drop or Reset forget it (the app calls them when a reload changes
-// rules), and on Close. A lease that reaches its Until is not given back
+// Reset or Drop forget it (package fleet's Handler calls Reset after a
+// reload that changed the rules, and Drop for the counters a changed
+// override covers), and on Close. A lease that reaches its Until is not given back
 // when that would change nothing worth a call: a fixed window's hits once
 // their window is over, and a token bucket's unspent tokens when they
 // refill within one RenewInterval and the counter was at least 512 from

@@ -100,7 +100,10 @@ type Store struct {
 	shards   []shard
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store   = (*Store)(nil)
+	_ store.Clearer = (*Store)(nil)
+)
 
 // New returns an empty Store.
 func New(opts Options) *Store {

@@ -3,6 +3,7 @@ package overlimit_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"testing"
 
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
@@ -30,12 +31,12 @@ func TestForgetting(t *testing.T) {
 		}},
 		{"Forget", func(t *testing.T, s *overlimit.Store, m *memory.Store, h store.Hit) {
 			clearIn(t, m, h)
-			s.Forget([]store.Hit{h})
+			s.Forget([]store.Counter{h.Counter()})
 		}},
 		{"Drop", func(t *testing.T, s *overlimit.Store, m *memory.Store, h store.Hit) {
 			clearIn(t, m, h)
-			n := s.Drop(func(domain string, entries []store.Entry) bool {
-				return domain == "d" && len(entries) == 1 && entries[0] == store.Entry{Key: "k", Value: "v"}
+			n := s.Drop(func(c store.Counter) bool {
+				return reflect.DeepEqual(c, h.Counter())
 			})
 			if n != 1 {
 				t.Fatalf("Drop dropped %d entries, want 1", n)

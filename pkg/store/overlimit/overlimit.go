@@ -73,6 +73,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -119,7 +120,10 @@ type Store struct {
 	hits   metric.Int64Counter
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store   = (*Store)(nil)
+	_ store.Clearer = (*Store)(nil)
+)
 
 // shard is one locked part of the cache.
 type shard struct {
@@ -219,7 +223,8 @@ func (s *Store) Apply(ctx context.Context, hits []store.Hit, verdicts []algorith
 	local := len(hits) > 0 && len(hits) <= maxBatch
 	for i := range hits {
 		h := &hits[i]
-		buf = appendKey(buf, h)
+		c := h.Counter()
+		buf = appendKey(buf, &c)
 		ends = append(ends, len(buf))
 		k := keyAt(buf, ends, i)
 		switch {
@@ -280,15 +285,15 @@ func repeated(buf []byte, ends []int, i int) bool {
 	return false
 }
 
-// appendKey appends the identity of a hit's counter to b.
-func appendKey(b []byte, h *store.Hit) []byte {
-	b = strconv.AppendInt(b, int64(h.Limit.Kind), 10)
+// appendKey appends the identity of a counter to b.
+func appendKey(b []byte, c *store.Counter) []byte {
+	b = strconv.AppendInt(b, int64(c.Kind), 10)
 	b = append(b, '\x00')
-	b = strconv.AppendInt(b, h.Limit.Period, 10)
+	b = strconv.AppendInt(b, c.Period, 10)
 	b = append(b, '\x00')
-	b = appendField(b, h.Domain)
-	b = appendField(b, h.Shard)
-	for _, e := range h.Entries {
+	b = appendField(b, c.Domain)
+	b = appendField(b, c.Shard)
+	for _, e := range c.Entries {
 		b = appendField(b, e.Key)
 		b = appendField(b, e.Value)
 	}
@@ -407,9 +412,8 @@ func (s *Store) Clear(ctx context.Context, counters []store.Hit) error {
 }
 
 // Forget drops the entries of the counters, so that their next hits go to
-// the store. It is what another instance's reset or a changed limit asks
-// of this one.
-func (s *Store) Forget(counters []store.Hit) {
+// the store. It is what another instance's reset asks of this one.
+func (s *Store) Forget(counters []store.Counter) {
 	var scratch [512]byte
 	for i := range counters {
 		s.drop(appendKey(scratch[:0], &counters[i]))
@@ -417,17 +421,16 @@ func (s *Store) Forget(counters []store.Hit) {
 }
 
 // Drop forgets the entries whose counters match reports true for, and
-// returns how many; match gets each counter's domain and entries. It is
-// for changes that name counters by a prefix of their entries, such as an
-// override.
-func (s *Store) Drop(match func(domain string, entries []store.Entry) bool) int {
+// returns how many. It is for changes that name counters by a prefix of
+// their entries, such as an override.
+func (s *Store) Drop(match func(store.Counter) bool) int {
 	n := 0
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for k := range sh.entries {
-			domain, entries, ok := parseKey(k)
-			if ok && match(domain, entries) {
+			c, ok := parseKey(k)
+			if ok && match(c) {
 				sh.remove(k)
 				n++
 			}
@@ -437,17 +440,26 @@ func (s *Store) Drop(match func(domain string, entries []store.Entry) bool) int 
 	return n
 }
 
-// parseKey recovers the domain and entries from a key appendKey built.
-func parseKey(k string) (domain string, entries []store.Entry, ok bool) {
+// parseKey recovers the counter from a key appendKey built.
+func parseKey(k string) (c store.Counter, ok bool) {
 	// kind \0 period \0 then length-prefixed fields: domain, shard, then
 	// key and value of every entry.
-	for range 2 {
+	var nums [2]int64
+	for j := range nums {
 		i := strings.IndexByte(k, 0)
 		if i < 0 {
-			return "", nil, false
+			return store.Counter{}, false
 		}
-		k = k[i+1:]
+		n, err := strconv.ParseInt(k[:i], 10, 64)
+		if err != nil {
+			return store.Counter{}, false
+		}
+		nums[j], k = n, k[i+1:]
 	}
+	if nums[0] < 0 || nums[0] > math.MaxUint8 {
+		return store.Counter{}, false
+	}
+	c.Kind, c.Period = algorithm.Kind(nums[0]), nums[1]
 	field := func() (string, bool) {
 		i := strings.IndexByte(k, ':')
 		if i < 0 {
@@ -461,19 +473,19 @@ func parseKey(k string) (domain string, entries []store.Entry, ok bool) {
 		k = k[i+1+n:]
 		return f, true
 	}
-	if domain, ok = field(); !ok {
-		return "", nil, false
+	if c.Domain, ok = field(); !ok {
+		return store.Counter{}, false
 	}
-	if _, ok = field(); !ok { // the shard
-		return "", nil, false
+	if c.Shard, ok = field(); !ok {
+		return store.Counter{}, false
 	}
 	for k != "" {
 		key, ok1 := field()
 		value, ok2 := field()
 		if !ok1 || !ok2 {
-			return "", nil, false
+			return store.Counter{}, false
 		}
-		entries = append(entries, store.Entry{Key: key, Value: value})
+		c.Entries = append(c.Entries, store.Entry{Key: key, Value: value})
 	}
-	return domain, entries, true
+	return c, true
 }

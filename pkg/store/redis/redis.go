@@ -222,7 +222,10 @@ type Store struct {
 	wg     sync.WaitGroup
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store   = (*Store)(nil)
+	_ store.Clearer = (*Store)(nil)
+)
 
 // New returns a Store on opts.Client. It does not wait for Redis: it starts
 // loading the script in the background, and Apply loads it again whenever
