@@ -12,10 +12,10 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/tollgatehq/tollgate/integration/redistest"
+	"github.com/tollgatehq/tollgate/internal/polltest"
+	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
 	"github.com/tollgatehq/tollgate/pkg/fleet"
-	"github.com/tollgatehq/tollgate/pkg/polltest"
 	"github.com/tollgatehq/tollgate/pkg/store"
 )
 
