@@ -77,7 +77,7 @@ func (a *App) auditReload(tree *descriptor.Tree) {
 	before := a.auditedTree
 	a.auditedTree = tree
 	after := reloadState{Hash: tree.Hash()}
-	after.Added, after.Removed, after.Changed = diffDomains(before, tree)
+	after.Added, after.Removed, after.Changed = descriptor.DiffDomains(before, tree)
 	a.audit.Record(context.Background(), audit.Entry{
 		Actor: "reload", Action: audit.ActionReload, Target: a.reloadSource(),
 		Before: reloadState{Hash: before.Hash()}, After: after,
@@ -90,10 +90,4 @@ func (a *App) reloadSource() string {
 		return "xds"
 	}
 	return a.settings.ConfigDir
-}
-
-// diffDomains returns the domains of after that before lacks, those of
-// before that after lacks, and those whose rules differ, each sorted.
-func diffDomains(before, after *descriptor.Tree) (added, removed, changed []string) {
-	return descriptor.DiffDomains(before, after)
 }

@@ -13,7 +13,6 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/apptest"
 	"github.com/tollgatehq/tollgate/internal/polltest"
-	"github.com/tollgatehq/tollgate/pkg/app"
 )
 
 // TestAdminTokenRotation edits the running tollgate's token file and
@@ -64,24 +63,5 @@ func TestReloadAudited(t *testing.T) {
 		!reflect.DeepEqual(line.Before, map[string]any{"hash": before}) ||
 		!reflect.DeepEqual(line.After, map[string]any{"hash": after, "added": []any{"web"}, "changed": []any{"api"}}) {
 		t.Errorf("audit log line %s\nwant a reload from %s to %s adding web, changing api", data, before, after)
-	}
-}
-
-func TestDiffDomains(t *testing.T) {
-	// Covered end to end by TestReloadAudited; here the removal.
-	a := apptest.StartAdmin(t)
-	old := a.Reloader().Current()
-	if err := os.Remove(filepath.Join(a.Dir, "api.yaml")); err != nil {
-		t.Fatal(err)
-	}
-	apptest.WriteFile(t, filepath.Join(a.Dir, "web.yaml"), "domain: web\ndescriptors:\n  - key: ip\n    rate_limit: {unit: second, requests_per_unit: 5}\n")
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-	defer cancel()
-	if err := a.Reloader().Reload(ctx); err != nil {
-		t.Fatal(err)
-	}
-	added, removed, changed := app.DiffDomains(old, a.Reloader().Current())
-	if !reflect.DeepEqual(added, []string{"web"}) || !reflect.DeepEqual(removed, []string{"api"}) || changed != nil {
-		t.Errorf("added %v, removed %v, changed %v; want [web] [api] []", added, removed, changed)
 	}
 }

@@ -15,14 +15,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
 	"github.com/tollgatehq/tollgate/pkg/admin"
-	"github.com/tollgatehq/tollgate/pkg/algorithm"
 	"github.com/tollgatehq/tollgate/pkg/audit"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/fleet"
@@ -31,12 +28,8 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/override"
 	"github.com/tollgatehq/tollgate/pkg/reload"
 	"github.com/tollgatehq/tollgate/pkg/rls"
-	"github.com/tollgatehq/tollgate/pkg/store"
 	"github.com/tollgatehq/tollgate/pkg/store/breaker"
-	"github.com/tollgatehq/tollgate/pkg/store/cached"
 	"github.com/tollgatehq/tollgate/pkg/store/memory"
-	"github.com/tollgatehq/tollgate/pkg/store/overlimit"
-	"github.com/tollgatehq/tollgate/pkg/store/redis"
 	"github.com/tollgatehq/tollgate/pkg/telemetry"
 	"github.com/tollgatehq/tollgate/pkg/tlsfiles"
 	"github.com/tollgatehq/tollgate/pkg/version"
@@ -66,21 +59,11 @@ type App struct {
 	http    *http.Server
 	debug   *http.Server
 
-	// breaker guards the Redis store; nil with the memory store.
-	breaker *breaker.Store
-	// redis is the Redis store behind breaker; nil with the memory store.
-	redis *redis.Store
-	// cached decides the hits of cached limits from leases, in front of
-	// the Redis chain; nil with the memory store.
-	cached *cached.Store
+	// store counts: the memory store or the Redis chain (store.go).
+	store *storeChain
 	// cachedNoted is set once the log has said that precision cached
 	// changes nothing with the memory store.
 	cachedNoted atomic.Bool
-	// overlimit is the over-limit cache in the Redis chain; nil without.
-	overlimit *overlimit.Store
-	// redisClient reaches the Redis store's servers; nil with the memory
-	// store.
-	redisClient goredis.UniversalClient
 
 	// overrides keeps the operators' live overrides (overrides.go).
 	overrides *override.Registry
@@ -104,8 +87,8 @@ type App struct {
 	reload <-chan struct{}
 
 	grpcLis, httpLis, debugLis net.Listener
-	// closers release the store's resources after the servers stop, last
-	// acquired first.
+	// closers release what New acquired besides the store (the audit
+	// log's file), last acquired first, after the store closes.
 	closers []func() error
 }
 
@@ -160,8 +143,7 @@ func (a *App) build(ctx context.Context) error {
 	}
 
 	a.auditedTree = a.reloader.Current()
-	st, err := a.newStore(meters)
-	if err != nil {
+	if a.store, err = newStoreChain(s, a.logger, meters, a.storeChanged); err != nil {
 		return err
 	}
 	a.noteCachedOnMemory(a.reloader.Current())
@@ -170,7 +152,7 @@ func (a *App) build(ctx context.Context) error {
 	}
 
 	opts := limiter.Options{
-		Store:              st,
+		Store:              a.store.Store(),
 		Tree:               a.reloader.Current,
 		Overrides:          a.overrides.Current,
 		OnReset:            a.events.Reset,
@@ -188,7 +170,7 @@ func (a *App) build(ctx context.Context) error {
 		MeterProvider:      meters,
 		TracerProvider:     tracer,
 	}
-	if a.breaker != nil {
+	if a.store.Remote() {
 		// Only a remote store waits, fails and needs a fallback.
 		opts.StoreTimeout, opts.DeadlineMargin = s.Failure.StoreTimeout, s.Failure.DeadlineMargin
 		opts.Fallback = memory.New(memory.Options{MaxKeys: s.Failure.LocalFallbackMaxKeys})
@@ -267,96 +249,14 @@ func (a *App) build(ctx context.Context) error {
 	return nil
 }
 
-// newStore builds the store the settings choose; the one switch over
-// backends.
-func (a *App) newStore(meters metric.MeterProvider) (store.Store, error) {
-	s := a.settings
-	switch s.Store {
-	case "memory":
-		return memory.New(memory.Options{MaxKeys: s.Limits.MemoryMaxKeys}), nil
-	case "redis":
-		cfg, err := s.Redis.clientConfig()
-		if err != nil {
-			return nil, err
-		}
-		client, err := redis.NewClient(cfg)
-		if err != nil {
-			return nil, fmt.Errorf("creating the redis client: %w", err)
-		}
-		a.closers = append(a.closers, client.Close)
-		a.redisClient = client
-		st, err := redis.New(redis.Options{
-			Client:        client,
-			KeyPrefix:     s.Redis.KeyPrefix,
-			BatchWindow:   s.Redis.BatchWindow,
-			Logger:        a.logger,
-			MeterProvider: meters,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("creating the redis store: %w", err)
-		}
-		a.closers = append(a.closers, st.Close)
-		a.redis = st
-		a.breaker, err = breaker.New(st, breaker.Options{
-			Name:          "redis",
-			Failures:      uint32(s.Failure.BreakerFailures),
-			OpenFor:       s.Failure.BreakerOpenTime,
-			Probes:        uint32(s.Failure.BreakerProbes),
-			OnChange:      a.storeChanged,
-			Logger:        a.logger,
-			MeterProvider: meters,
-		})
-		if err != nil {
-			return nil, err
-		}
-		a.logger.Info("counting in redis", "redis", cfg)
-		var chain store.Store = a.breaker
-		if s.Redis.OverLimitCacheBytes != 0 {
-			// Above the breaker, so that counters known to be over their
-			// limit are still answered while Redis is away.
-			if a.overlimit, err = overlimit.New(a.breaker, overlimit.Options{MaxBytes: s.Redis.OverLimitCacheBytes, MeterProvider: meters}); err != nil {
-				return nil, err
-			}
-			chain = a.overlimit
-		}
-		// In front of everything: hits of strict limits pass through to
-		// the chain, while leases bypass the over-limit cache (the cached
-		// store keeps its own) but go through the breaker, so that Redis
-		// failing while leases renew opens it too. Built whatever
-		// --precision says, since a reload may ask for cached.
-		a.cached = cached.New(cached.Options{
-			Inner:         chain,
-			Leaser:        a.breaker,
-			RenewInterval: s.Leases.Interval,
-			Lifetime:      s.Leases.Lifetime,
-			MeterProvider: meters,
-			Logger:        a.logger,
-		})
-		// Appended after the Redis store's Close, so it runs before it:
-		// the unspent hits of every lease go back while Redis is there.
-		a.closers = append(a.closers, func() error {
-			ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
-			defer cancel()
-			if err := a.cached.Close(ctx); err != nil {
-				return fmt.Errorf("returning leases: %w", err)
-			}
-			return nil
-		})
-		return a.cached, nil
-	}
-	return nil, fmt.Errorf("unknown store %q", s.Store)
-}
-
 // treeChanged is the reloader's OnChange. New rules make the gRPC health
-// SERVING (it starts NOT_SERVING while rules over xDS have not come yet).
-// After a reload swaps in a new tree, the cached store forgets every counter and returns every lease,
-// since a lease was sized and charged under the old rules (a smaller limit
-// must not be spent from a lease taken under a larger one). Counters whose
-// rules did not change lease again on their next hit: one round trip
-// each, the price of a simple rule that is always right. A request that
-// matched the old tree before the swap may still take a lease under it
-// after the Reset; such a lease is at most 1/64 of what was left and ends
-// with its window or lifetime.
+// SERVING (it starts NOT_SERVING while rules over xDS have not come yet),
+// are audited, and end every lease through the fleet's handler
+// (fleet.Handler.RulesChanged), since a lease was sized and charged under
+// the old rules: a smaller limit must not be spent from a lease taken
+// under a larger one. A request that matched the old tree before the swap
+// may still take a lease under it after the reset; such a lease is at
+// most 1/64 of what was left and ends with its window or lifetime.
 func (a *App) treeChanged(tree *descriptor.Tree) {
 	if a.rls != nil {
 		// Rules are live (over xDS the first may come late): serve,
@@ -373,7 +273,7 @@ func (a *App) treeChanged(tree *descriptor.Tree) {
 // noteCachedOnMemory says once, in the log, that precision cached has no
 // effect with the memory store, where every decision is local already.
 func (a *App) noteCachedOnMemory(tree *descriptor.Tree) {
-	if a.settings.Store != "memory" || !tree.Cached() || !a.cachedNoted.CompareAndSwap(false, true) {
+	if a.store == nil || a.store.Remote() || !tree.Cached() || !a.cachedNoted.CompareAndSwap(false, true) {
 		return
 	}
 	a.logger.Info("precision cached has no effect with the memory store: every decision is local already")
@@ -392,19 +292,7 @@ func (a *App) ready() error {
 }
 
 // degraded returns why decisions are made without the store, or "".
-func (a *App) degraded() string {
-	if a.breaker == nil {
-		return ""
-	}
-	if st := a.breaker.State(); st != breaker.Closed {
-		why := "store unavailable"
-		if err := a.redis.ServerError(); err != nil {
-			why = err.Error()
-		}
-		return why + ", circuit breaker " + st.String() + "; answering by failure modes"
-	}
-	return ""
-}
+func (a *App) degraded() string { return a.store.Degraded() }
 
 // storeChanged reports a change of the store breaker's state in the gRPC
 // health: the store's own health service always, the server's when the
@@ -491,9 +379,7 @@ func (a *App) Run(ctx context.Context) error {
 	if a.reload != nil {
 		wg.Go(func() { a.forceReloads(ctx) })
 	}
-	if a.breaker != nil {
-		wg.Go(func() { a.probeStore(ctx) })
-	}
+	wg.Go(func() { a.store.probe(ctx, a.settings.Failure.BreakerOpenTime, a.settings.Failure.StoreTimeout) })
 	a.runOverrides(ctx, &wg)
 
 	grpcAddr, httpAddr, debugAddr := a.Addrs()
@@ -506,36 +392,6 @@ func (a *App) Run(ctx context.Context) error {
 	wg.Wait()
 	close(errs)
 	return errors.Join(collect(errs)...)
-}
-
-// probeStore asks the store for a decision every breaker open time while
-// its breaker is not closed, until ctx ends. Without it an open breaker
-// closes only through traffic, which an instance that health checks took
-// out of rotation (--breaker-not-serving) never gets back.
-func (a *App) probeStore(ctx context.Context) {
-	// A check (cost 0) of a counter no rule uses: it writes nothing.
-	hits := []store.Hit{{
-		Domain:  "tollgate.probe",
-		Entries: []store.Entry{{Key: "probe", Value: "probe"}},
-		Shard:   "probe",
-		Limit:   algorithm.Limit{Kind: algorithm.TokenBucket, Requests: 1, Period: time.Second.Microseconds()},
-	}}
-	verdicts := make([]algorithm.Verdict, len(hits))
-	tick := time.NewTicker(a.settings.Failure.BreakerOpenTime)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		if a.breaker.State() == breaker.Closed {
-			continue
-		}
-		pctx, cancel := context.WithTimeout(ctx, a.settings.Failure.StoreTimeout)
-		_ = a.breaker.Apply(pctx, hits, verdicts) // the breaker records the outcome
-		cancel()
-	}
 }
 
 // forceReloads turns every receive from the reload channel into a forced
@@ -578,6 +434,11 @@ func (a *App) close() {
 	for _, l := range []net.Listener{a.grpcLis, a.httpLis, a.debugLis} {
 		if l != nil {
 			_ = l.Close()
+		}
+	}
+	if a.store != nil {
+		for _, err := range a.store.Close() {
+			a.logger.Warn("closing the store", "error", err)
 		}
 	}
 	for i := len(a.closers) - 1; i >= 0; i-- {

@@ -14,8 +14,6 @@ import (
 	overrideredis "github.com/tollgatehq/tollgate/pkg/override/redis"
 	"github.com/tollgatehq/tollgate/pkg/override/statefile"
 	"github.com/tollgatehq/tollgate/pkg/store"
-	"github.com/tollgatehq/tollgate/pkg/store/cached"
-	"github.com/tollgatehq/tollgate/pkg/store/overlimit"
 )
 
 // fleetTimeout bounds the first read of the overrides, as package fleet
@@ -39,19 +37,19 @@ func (a *App) newOverrides(ctx context.Context, meters metric.MeterProvider) err
 		Logger:          a.logger,
 		MeterProvider:   meters,
 	}
-	if a.redisClient == nil {
+	if !a.store.Remote() {
 		backend, err := statefile.Open(s.Overrides.StateDir, statefile.Options{Logger: a.logger})
 		if err != nil {
 			return err
 		}
 		opts.Backend = backend
 	} else {
-		backend, err := overrideredis.New(overrideredis.Options{Client: a.redisClient, KeyPrefix: s.Redis.KeyPrefix})
+		backend, err := overrideredis.New(overrideredis.Options{Client: a.store.client, KeyPrefix: s.Redis.KeyPrefix})
 		if err != nil {
 			return err
 		}
 		opts.Backend = backend
-		if a.fleet, err = fleet.New(fleet.Options{Client: a.redisClient, Channel: s.Redis.KeyPrefix + ".fleet", Logger: a.logger}); err != nil {
+		if a.fleet, err = fleet.New(fleet.Options{Client: a.store.client, Channel: s.Redis.KeyPrefix + ".fleet", Logger: a.logger}); err != nil {
 			return err
 		}
 		opts.Publish = func(ctx context.Context) error {
@@ -62,11 +60,7 @@ func (a *App) newOverrides(ctx context.Context, meters metric.MeterProvider) err
 	if a.overrides, err = override.NewRegistry(opts); err != nil {
 		return err
 	}
-	hopts := fleet.HandlerOptions{Bus: a.fleet, Overrides: a.overrides, Logger: a.logger}
-	if a.cached != nil {
-		hopts.Local = localState{cached: a.cached, overlimit: a.overlimit}
-	}
-	if a.events, err = fleet.NewHandler(hopts); err != nil {
+	if a.events, err = fleet.NewHandler(fleet.HandlerOptions{Bus: a.fleet, Overrides: a.overrides, Local: a.store, Logger: a.logger}); err != nil {
 		return err
 	}
 	rctx, cancel := context.WithTimeout(ctx, fleetTimeout)
@@ -97,35 +91,6 @@ func (a *App) overridesChanged(changed []override.Override) {
 	}
 	a.events.OverridesChanged(prefixes)
 }
-
-// localState is what this instance holds of counters besides Redis, for
-// the fleet's handler: the cached store's leases and the over-limit
-// cache's entries (overlimit nil without one). The over-limit cache needs
-// nothing on a reload: an entry whose limit changed misses and is dropped
-// on its counter's next hit.
-type localState struct {
-	cached    *cached.Store
-	overlimit *overlimit.Store
-}
-
-var _ fleet.Local = localState{}
-
-func (l localState) Forget(counters []store.Counter) {
-	if l.overlimit != nil {
-		l.overlimit.Forget(counters)
-	}
-	l.cached.Forget(counters)
-}
-
-// Drop returns how many counters of the cached store gave back leases.
-func (l localState) Drop(match func(store.Counter) bool) int {
-	if l.overlimit != nil {
-		l.overlimit.Drop(match)
-	}
-	return l.cached.Drop(match)
-}
-
-func (l localState) Reset() int { return l.cached.Reset() }
 
 // writeOverrides writes the live overrides for /debug/config.
 func (a *App) writeOverrides(w io.Writer) {
