@@ -109,22 +109,21 @@
 // again after one RenewInterval at most, so hits given back by others
 // (an idle or evicted counter, a reload, Close) reach it within that.
 //
-// TestCachedFleet (three instances on one real Redis, in package redis)
-// and TestFleetNeverExceedsTheLimit (in process) bound the false
+// TestCachedFleet (three instances on one real Redis, in integration) and
+// TestFleetNeverExceedsTheLimit (in process) bound the false
 // rejections; make bench reports what the former measures (see the
 // README's load testing section). The fleet test judges a hit decided in
 // Redis at the script's instant: judged at the end of its call instead, a
 // strict rejection looks false by the room that freed during the round
 // trip.
 //
-// An instance that dies without Close
-// takes its unspent leases with it: those hits stay charged until their
-// window ends, or for a bucket until they refill, and are at most what it
-// held (TestKilledHolder and, for a bucket, TestKilledBucketHolder
-// measure this, and on a real Redis TestCachedKilledHolder and
-// TestCachedKilledProcess, the latter with a process killed with SIGKILL,
-// standalone and on a Cluster, in package redis). Nothing a dead or slow
-// instance does can cause overage.
+// An instance that dies without Close takes its unspent leases with it:
+// those hits stay charged until their window ends, or for a bucket until
+// they refill, and are at most what it held (TestKilledHolder and, for a
+// bucket, TestKilledBucketHolder measure this, and on a real Redis
+// TestCachedKilledHolder and TestCachedKilledProcess, the latter with a
+// process killed with SIGKILL, standalone and on a Cluster, in
+// integration). Nothing a dead or slow instance does can cause overage.
 //
 // # Lifecycle
 //
@@ -133,14 +132,14 @@
 // IdleAfter (1 s), when a counter is evicted to stay within MaxKeys, when
 // Reset or Drop forget it (package fleet's Handler calls Reset after a
 // reload that changed the rules, and Drop for the counters a changed
-// override covers), and on Close. A lease that reaches its Until is not given back
-// when that would change nothing worth a call: a fixed window's hits once
-// their window is over, and a token bucket's unspent tokens when they
-// refill within one RenewInterval and the counter was at least 512 from
-// its limit at the last answer (no hit near the limit waits for them).
-// The Store's one goroutine renews, returns and,
-// every RenewInterval, ends expired leases and idle counters (a scan of
-// all counters); Close stops it and returns everything.
+// override covers), and on Close. A lease that reaches its Until is not
+// given back when that would change nothing worth a call: a fixed
+// window's hits once their window is over, and a token bucket's unspent
+// tokens when they refill within one RenewInterval and the counter was at
+// least 512 from its limit at the last answer (no hit near the limit
+// waits for them). The Store's one goroutine renews, returns and, every
+// RenewInterval, ends expired leases and idle counters (a scan of all
+// counters); Close stops it and returns everything.
 //
 // # Outages
 //
@@ -156,16 +155,17 @@
 // or when the reservation it waits for fails (a background renewal within
 // Options.Timeout), not at its own deadline; with no other call and a
 // reserving hit whose deadline is as long as its own, it still waits that
-// long (TestWaitersGiveUpOnAHungRedis in package redis). Returns that fail are dropped (the hits stay charged: a
-// false rejection, never overage). A hung Redis may still run, once it
-// resumes, the calls that timed out: reservations nobody holds, charged
-// until their window ends (false rejections again).
+// long (TestWaitersGiveUpOnAHungRedis in integration). Returns that fail
+// are dropped (the hits stay charged: a false rejection, never overage).
+// A hung Redis may still run, once it resumes, the calls that timed out:
+// reservations nobody holds, charged until their window ends (false
+// rejections again).
 //
 // A Redis that restarts without its data starts every counter again, as
 // it does for strict precision; what the instances still hold of leases
 // charged before is spent (or given back) on top of that, so from the
 // restart on a window admits at most the limit plus what was held at the
-// restart (TestCachedRedisFaults in package redis measures the outage and
+// restart (TestCachedRedisFaults in integration measures the outage and
 // the recovery, with Redis killed and hung).
 //
 // # What it does not do

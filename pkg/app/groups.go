@@ -1,0 +1,421 @@
+package app
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"time"
+
+	"github.com/spf13/pflag"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/tollgatehq/tollgate/pkg/limiter"
+	"github.com/tollgatehq/tollgate/pkg/store/redis"
+	"github.com/tollgatehq/tollgate/pkg/telemetry"
+)
+
+// The groups of Settings, in the order of serve's help. Each declares
+// its flags and checks its own values.
+
+// ListenSettings are the addresses tollgate listens on.
+type ListenSettings struct {
+	GRPC  string `mapstructure:"grpc-addr"`
+	HTTP  string `mapstructure:"http-addr"`
+	Debug string `mapstructure:"debug-addr"` // "" disables the debug server
+}
+
+func (ListenSettings) flags(fs *pflag.FlagSet) {
+	fs.String("grpc-addr", ":8081", "gRPC listen address (RateLimitService and health)")
+	fs.String("http-addr", ":8080", "HTTP listen address (/json, /v1/check, health, /metrics)")
+	fs.String("debug-addr", "127.0.0.1:6070", "debug listen address (/debug/config, pprof); empty disables it")
+}
+
+// RuleSettings are the defaults of rules that name none (nor their
+// domain's defaults), and the global shadow mode. Settings.descriptorOptions
+// checks and parses them.
+type RuleSettings struct {
+	DefaultAlgorithm string `mapstructure:"default-algorithm"`
+	DefaultCharge    string `mapstructure:"default-charge"`
+	// Precision is strict or cached.
+	Precision  string `mapstructure:"precision"`
+	ShadowMode bool   `mapstructure:"shadow-mode"`
+}
+
+func (RuleSettings) flags(fs *pflag.FlagSet) {
+	fs.String("default-algorithm", "token_bucket", "algorithm of rules that name none: token_bucket, fixed_window, sliding_window_counter, sliding_window_log")
+	fs.String("default-charge", "admitted", "charge of limits that name none: admitted (a rejected hit takes nothing) or always (the cost is added whatever the answer); always by default in envoyproxy/ratelimit's environment and with --config-type xds")
+	fs.String("precision", "strict", "precision of limits that name none: strict (every decision in redis) or cached (most decisions from a lease of hits reserved from redis; never more than the limit); no effect with the memory store")
+	fs.Bool("shadow-mode", false, "count and report, but never reject (global shadow mode)")
+}
+
+// AnswerSettings choose what every answer carries besides its codes.
+type AnswerSettings struct {
+	// Headers is the rate-limit response header style
+	// (limiter.ParseHeaderStyle).
+	Headers string `mapstructure:"response-headers"`
+	// DynamicMetadata and DecisionMetadata choose the parts of every
+	// answer's dynamic_metadata (rls.Options).
+	DynamicMetadata  bool `mapstructure:"response-dynamic-metadata"`
+	DecisionMetadata bool `mapstructure:"decision-metadata"`
+}
+
+func (AnswerSettings) flags(fs *pflag.FlagSet) {
+	fs.String("response-headers", "xratelimit", "rate-limit response headers: none, draft03, xratelimit, ietf")
+	fs.Bool("response-dynamic-metadata", false, "add envoyproxy/ratelimit's dynamic metadata to every answer: domain, descriptors, hitsAddend and the passing rules' metadata")
+	fs.Bool("decision-metadata", true, "add the key \"tollgate\" to every answer's dynamic metadata: per descriptor the rule that decided it, its code and what remains")
+}
+
+func (a AnswerSettings) validate() []error {
+	if _, err := limiter.ParseHeaderStyle(a.Headers); err != nil {
+		return []error{fmt.Errorf("response-headers: %w", err)}
+	}
+	return nil
+}
+
+// LogSettings choose the service's log.
+type LogSettings struct {
+	Level  string `mapstructure:"log-level"`
+	Format string `mapstructure:"log-format"` // text or json
+}
+
+func (LogSettings) flags(fs *pflag.FlagSet) {
+	fs.String("log-level", "info", "log level: debug, info, warn, error")
+	fs.String("log-format", "text", "log format: text, json")
+}
+
+func (l LogSettings) validate() []error {
+	var errs []error
+	if _, err := parseLevel(l.Level); err != nil {
+		errs = append(errs, fmt.Errorf("log-level: %w", err))
+	}
+	if l.Format != "text" && l.Format != "json" {
+		errs = append(errs, fmt.Errorf("log-format: unknown format %q (want text or json)", l.Format))
+	}
+	return errs
+}
+
+// NewLogger returns the logger the settings ask for, writing to w.
+func (l LogSettings) NewLogger(w io.Writer) (*slog.Logger, error) {
+	level, err := parseLevel(l.Level)
+	if err != nil {
+		return nil, err
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if l.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return slog.New(slog.NewTextHandler(w, opts)), nil
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	err := l.UnmarshalText([]byte(s))
+	return l, err
+}
+
+// TracingSettings choose where spans go and how many are sampled
+// (TracingSettings.telemetryOptions).
+type TracingSettings struct {
+	Endpoint     string        `mapstructure:"tracing-endpoint"`
+	SampleRatio  float64       `mapstructure:"tracing-sample-ratio"`
+	BatchTimeout time.Duration `mapstructure:"tracing-batch-timeout"`
+}
+
+func (TracingSettings) flags(fs *pflag.FlagSet) {
+	fs.String("tracing-endpoint", "", "URL of the OTLP/gRPC receiver spans are exported to (http://host:4317 plaintext, https:// TLS); empty: as OTEL_EXPORTER_OTLP_ENDPOINT and OTEL_TRACES_EXPORTER say, else no tracing")
+	fs.Float64("tracing-sample-ratio", 1, "fraction of the traces started here that are sampled; a caller's sampled trace context is always followed (at 1, OTEL_TRACES_SAMPLER decides when set)")
+	fs.Duration("tracing-batch-timeout", 0, "longest a finished span waits to be exported (0: OTEL_BSP_SCHEDULE_DELAY, else 5s)")
+}
+
+func (t TracingSettings) validate() []error {
+	var errs []error
+	if t.Endpoint != "" {
+		if u, err := url.Parse(t.Endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("tracing-endpoint: want an http:// or https:// URL such as http://otel-collector:4317, got %q", t.Endpoint))
+		}
+	}
+	if !(t.SampleRatio >= 0 && t.SampleRatio <= 1) {
+		errs = append(errs, fmt.Errorf("tracing-sample-ratio: must be between 0 and 1, got %v", t.SampleRatio))
+	}
+	if t.BatchTimeout < 0 {
+		errs = append(errs, fmt.Errorf("tracing-batch-timeout: must not be negative, got %v", t.BatchTimeout))
+	}
+	return errs
+}
+
+// telemetryOptions returns the telemetry the settings ask for. The
+// sampler is parent-based: a call whose trace context says sampled is
+// traced, so Envoy's sampling decision holds through tollgate, and the
+// ratio applies to traces tollgate starts. The default ratio, 1, leaves
+// the sampler to OTEL_TRACES_SAMPLER, whose own default is the same.
+func (t TracingSettings) telemetryOptions() telemetry.Options {
+	opts := telemetry.Options{TracesEndpoint: t.Endpoint, BatchTimeout: t.BatchTimeout}
+	if t.SampleRatio != 1 {
+		opts.Sampler = sdktrace.ParentBased(sdktrace.TraceIDRatioBased(t.SampleRatio))
+	}
+	return opts
+}
+
+// GRPCTLSSettings serve gRPC over TLS, optionally mutual.
+type GRPCTLSSettings struct {
+	Cert      string `mapstructure:"grpc-tls-cert"`
+	Key       string `mapstructure:"grpc-tls-key"`
+	ClientCA  string `mapstructure:"grpc-tls-client-ca"`
+	ClientSAN string `mapstructure:"grpc-tls-client-san"`
+}
+
+func (GRPCTLSSettings) flags(fs *pflag.FlagSet) {
+	fs.String("grpc-tls-cert", "", "PEM certificate chain of the gRPC server; with --grpc-tls-key, serve gRPC over TLS (re-read when the file changes)")
+	fs.String("grpc-tls-key", "", "PEM private key of --grpc-tls-cert")
+	fs.String("grpc-tls-client-ca", "", "PEM CA certificates; gRPC clients must present a certificate signed by one (mutual TLS)")
+	fs.String("grpc-tls-client-san", "", "a subject alternative name gRPC client certificates must carry: DNS name, IP or URI (needs --grpc-tls-client-ca)")
+}
+
+// validate reports incomplete gRPC TLS settings. Whether the files load is
+// checked when the server starts.
+func (g GRPCTLSSettings) validate() []error {
+	var errs []error
+	if (g.Cert == "") != (g.Key == "") {
+		errs = append(errs, errors.New("grpc-tls-cert, grpc-tls-key: set both or neither"))
+	}
+	if g.ClientCA != "" && g.Cert == "" {
+		errs = append(errs, errors.New("grpc-tls-client-ca: needs grpc-tls-cert and grpc-tls-key"))
+	}
+	if g.ClientSAN != "" && g.ClientCA == "" {
+		errs = append(errs, errors.New("grpc-tls-client-san: needs grpc-tls-client-ca"))
+	}
+	return errs
+}
+
+// RedisSettings reach the Redis store and tune it; they matter only with
+// the redis store.
+type RedisSettings struct {
+	Type          string        `mapstructure:"redis-type"`
+	Addrs         []string      `mapstructure:"redis-addrs"`
+	MasterName    string        `mapstructure:"redis-master-name"`
+	DB            int           `mapstructure:"redis-db"`
+	Username      string        `mapstructure:"redis-username"`
+	Password      Secret        `mapstructure:"redis-password"` // TOLLGATE_REDIS_PASSWORD or the settings file; never a flag
+	PasswordFile  string        `mapstructure:"redis-password-file"`
+	TLS           bool          `mapstructure:"redis-tls"`
+	TLSCA         string        `mapstructure:"redis-tls-ca"`
+	TLSCert       string        `mapstructure:"redis-tls-cert"`
+	TLSKey        string        `mapstructure:"redis-tls-key"`
+	TLSServerName string        `mapstructure:"redis-tls-server-name"`
+	PoolSize      int           `mapstructure:"redis-pool-size"`
+	DialTimeout   time.Duration `mapstructure:"redis-dial-timeout"`
+	Timeout       time.Duration `mapstructure:"redis-timeout"`
+	KeyPrefix     string        `mapstructure:"redis-key-prefix"`
+	BatchWindow   time.Duration `mapstructure:"redis-batch-window"`
+	// OverLimitCacheBytes sizes the over-limit cache; 0 turns it off.
+	OverLimitCacheBytes int64 `mapstructure:"over-limit-cache-bytes"`
+}
+
+func (RedisSettings) flags(fs *pflag.FlagSet) {
+	fs.String("redis-type", "single", "redis deployment: single, sentinel or cluster")
+	fs.StringSlice("redis-addrs", []string{"127.0.0.1:6379"}, "redis addresses (host:port, or a redis:// or rediss:// URL for single); sentinel: the sentinels; cluster: seed nodes")
+	fs.String("redis-master-name", "", "sentinel: the monitored master's name")
+	fs.Int("redis-db", 0, "redis database number (single and sentinel)")
+	fs.String("redis-username", "", "redis ACL user name")
+	fs.String("redis-password-file", "", "file holding the redis password (or set TOLLGATE_REDIS_PASSWORD)")
+	fs.Bool("redis-tls", false, "connect to redis over TLS")
+	fs.String("redis-tls-ca", "", "PEM file of the CA that signed the redis server certificate (default: system roots)")
+	fs.String("redis-tls-cert", "", "PEM client certificate for mutual TLS")
+	fs.String("redis-tls-key", "", "PEM client key for mutual TLS")
+	fs.String("redis-tls-server-name", "", "server name to verify in the redis certificate (default: the address host)")
+	fs.Int("redis-pool-size", 0, "connections per redis node (0: go-redis default, 10 per CPU)")
+	fs.Duration("redis-dial-timeout", time.Second, "redis connect timeout")
+	fs.Duration("redis-timeout", 100*time.Millisecond, "redis read and write timeout")
+	fs.String("redis-key-prefix", "tg", "prefix of every redis key")
+	fs.Duration("redis-batch-window", 0, "how long concurrent decisions wait to share a redis round trip (0: the store's default; negative: no batching)")
+	fs.Int64("over-limit-cache-bytes", 0, "redis: memory for counters known to be over their limit, answered locally until their reset (0: off)")
+}
+
+// validate checks what the redis settings say whatever the store;
+// Settings.Validate checks the client's settings with the redis store.
+func (r RedisSettings) validate() []error {
+	if r.OverLimitCacheBytes < 0 {
+		return []error{fmt.Errorf("over-limit-cache-bytes: must not be negative, got %d", r.OverLimitCacheBytes)}
+	}
+	return nil
+}
+
+// clientConfig returns the redis client settings, checked.
+func (r RedisSettings) clientConfig() (redis.ClientConfig, error) {
+	cfg := redis.ClientConfig{
+		Type: r.Type, Addrs: r.Addrs, MasterName: r.MasterName, DB: r.DB,
+		Username: r.Username, Password: string(r.Password),
+		TLS: r.TLS, CAFile: r.TLSCA, CertFile: r.TLSCert, KeyFile: r.TLSKey, ServerName: r.TLSServerName,
+		PoolSize: r.PoolSize, DialTimeout: r.DialTimeout, ReadTimeout: r.Timeout, WriteTimeout: r.Timeout,
+	}
+	if err := cfg.Validate(); err != nil {
+		return redis.ClientConfig{}, fmt.Errorf("redis: %w", err)
+	}
+	return cfg, nil
+}
+
+// LeaseSettings tune precision cached (cached.Options.RenewInterval and
+// Lifetime).
+type LeaseSettings struct {
+	Interval time.Duration `mapstructure:"lease-interval"`
+	Lifetime time.Duration `mapstructure:"lease-lifetime"`
+}
+
+func (LeaseSettings) flags(fs *pflag.FlagSet) {
+	fs.Duration("lease-interval", 100*time.Millisecond, "precision cached: the span of local demand a lease is sized for, and how often leases are renewed and expired ones returned")
+	fs.Duration("lease-lifetime", 0, "precision cached: longest a token-bucket lease may be spent; the fleet admits in any interval d at most what the bucket admits in d + this (0: 5 × --lease-interval)")
+}
+
+func (l LeaseSettings) validate() []error {
+	var errs []error
+	if l.Interval <= 0 {
+		errs = append(errs, fmt.Errorf("lease-interval: must be positive, got %v", l.Interval))
+	}
+	if l.Lifetime < 0 {
+		errs = append(errs, fmt.Errorf("lease-lifetime: must not be negative, got %v", l.Lifetime))
+	}
+	return errs
+}
+
+// maxBreakerCount bounds --breaker-failures and --breaker-probes, which
+// the breaker counts in uint32.
+const maxBreakerCount = 1_000_000
+
+// FailureSettings bound the wait for the store and choose how tollgate
+// answers without it: deadlines, the circuit breaker and the local
+// fallback.
+type FailureSettings struct {
+	StoreTimeout   time.Duration `mapstructure:"store-timeout"`
+	DeadlineMargin time.Duration `mapstructure:"deadline-margin"`
+	// Mode is the failure mode of rules that name none: open, closed or
+	// local (Settings.descriptorOptions checks it).
+	Mode                 string        `mapstructure:"failure-mode"`
+	BreakerFailures      int           `mapstructure:"breaker-failures"`
+	BreakerOpenTime      time.Duration `mapstructure:"breaker-open-time"`
+	BreakerProbes        int           `mapstructure:"breaker-probes"`
+	BreakerNotServing    bool          `mapstructure:"breaker-not-serving"`
+	LocalFallbackShare   int           `mapstructure:"local-fallback-share"`
+	LocalFallbackMaxKeys int           `mapstructure:"local-fallback-max-keys"`
+}
+
+func (FailureSettings) flags(fs *pflag.FlagSet) {
+	fs.Duration("store-timeout", 50*time.Millisecond, "redis: longest wait for one decision; a caller's earlier deadline (less --deadline-margin) wins")
+	fs.Duration("deadline-margin", 2*time.Millisecond, "time kept from a caller's deadline to answer in")
+	fs.String("failure-mode", "open", "how rules that name no failure_mode answer while redis fails: open, closed or local")
+	fs.Int("breaker-failures", 5, "redis: consecutive failed decisions that open the circuit breaker")
+	fs.Duration("breaker-open-time", 2*time.Second, "redis: how long the open breaker answers without redis before it probes")
+	fs.Int("breaker-probes", 1, "redis: decisions let through to probe a half-open breaker; all must succeed to close it")
+	fs.Bool("breaker-not-serving", false, "report NOT_SERVING (gRPC health and /readyz) while the breaker is open")
+	fs.Int("local-fallback-share", 1, "failure mode local: the instances expected to share the load; each enforces limit / share")
+	fs.Int("local-fallback-max-keys", 100_000, "failure mode local: most counters kept in memory")
+}
+
+func (f FailureSettings) validate() []error {
+	var errs []error
+	if f.StoreTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("store-timeout: must be positive, got %v", f.StoreTimeout))
+	}
+	if f.DeadlineMargin <= 0 {
+		errs = append(errs, fmt.Errorf("deadline-margin: must be positive, got %v", f.DeadlineMargin))
+	}
+	if f.BreakerOpenTime <= 0 {
+		errs = append(errs, fmt.Errorf("breaker-open-time: must be positive, got %v", f.BreakerOpenTime))
+	}
+	for _, c := range []count{{"breaker-failures", f.BreakerFailures}, {"breaker-probes", f.BreakerProbes}} {
+		if c.n > maxBreakerCount {
+			errs = append(errs, fmt.Errorf("%s: must be at most %d, got %d", c.name, maxBreakerCount, c.n))
+		}
+	}
+	return append(errs, positive(
+		count{"breaker-failures", f.BreakerFailures}, count{"breaker-probes", f.BreakerProbes},
+		count{"local-fallback-share", f.LocalFallbackShare}, count{"local-fallback-max-keys", f.LocalFallbackMaxKeys})...)
+}
+
+// LimitSettings bound what one instance keeps and what one request may
+// ask.
+type LimitSettings struct {
+	MemoryMaxKeys  int `mapstructure:"memory-max-keys"`
+	MaxDescriptors int `mapstructure:"max-descriptors"`
+	MaxEntries     int `mapstructure:"max-entries"`
+	MaxKeyLen      int `mapstructure:"max-key-length"`
+	MaxValueLen    int `mapstructure:"max-value-length"`
+	MaxHits        int `mapstructure:"max-hits"`
+	MaxPatterns    int `mapstructure:"max-patterns"`
+}
+
+func (LimitSettings) flags(fs *pflag.FlagSet) {
+	fs.Int("memory-max-keys", 1_000_000, "memory store: most counters kept; the idlest are evicted beyond it")
+	fs.Int("max-descriptors", 64, "most descriptors in one request")
+	fs.Int("max-entries", 32, "most entries in one descriptor")
+	fs.Int("max-key-length", 256, "longest descriptor entry key, in bytes")
+	fs.Int("max-value-length", 4096, "longest descriptor entry value, in bytes")
+	fs.Int("max-hits", limiter.DefaultMaxHits, "largest hits_addend, of a request or a descriptor (the default is Envoy's own cap)")
+	fs.Int("max-patterns", 1000, "most wildcard values of one key at one level of the configuration (allow and deny lists)")
+}
+
+func (l LimitSettings) validate() []error {
+	return positive(
+		count{"memory-max-keys", l.MemoryMaxKeys}, count{"max-descriptors", l.MaxDescriptors}, count{"max-entries", l.MaxEntries},
+		count{"max-key-length", l.MaxKeyLen}, count{"max-value-length", l.MaxValueLen},
+		count{"max-hits", l.MaxHits}, count{"max-patterns", l.MaxPatterns})
+}
+
+// count is a setting that counts something, by its flag's name.
+type count struct {
+	name string
+	n    int
+}
+
+// positive reports each of counts that is not positive.
+func positive(counts ...count) []error {
+	var errs []error
+	for _, c := range counts {
+		if c.n <= 0 {
+			errs = append(errs, fmt.Errorf("%s: must be positive, got %d", c.name, c.n))
+		}
+	}
+	return errs
+}
+
+// AdminSettings are the admin API's tokens (the API is off without either)
+// and where the audit log goes.
+type AdminSettings struct {
+	TokenFile string `mapstructure:"admin-token-file"`
+	Token     Secret `mapstructure:"admin-token"` // TOLLGATE_ADMIN_TOKEN or the settings file; never a flag
+	AuditLog  string `mapstructure:"audit-log"`
+}
+
+func (AdminSettings) flags(fs *pflag.FlagSet) {
+	fs.String("admin-token-file", "", "file of admin API bearer tokens, one a line as NAME TOKEN or TOKEN alone, re-read when it changes; with it or TOLLGATE_ADMIN_TOKEN the admin API is on, else its paths answer 404")
+	fs.String("audit-log", "", "file the audit log (admin changes and reloads, as JSON lines) is appended to; empty: stderr")
+}
+
+// OverrideSettings keep the operators' live overrides.
+type OverrideSettings struct {
+	// StateDir keeps the memory store's overrides across restarts (""
+	// keeps them in the process only).
+	StateDir string `mapstructure:"state-dir"`
+	// MaxTTL bounds an override's expiry.
+	MaxTTL time.Duration `mapstructure:"max-override-ttl"`
+	// Refresh is how often every override is read again from Redis.
+	Refresh time.Duration `mapstructure:"override-refresh-interval"`
+}
+
+func (OverrideSettings) flags(fs *pflag.FlagSet) {
+	fs.String("state-dir", "", "memory store: directory of the state file that keeps live overrides across restarts (empty: kept in the process only)")
+	fs.Duration("max-override-ttl", 720*time.Hour, "longest time an override may be set for")
+	fs.Duration("override-refresh-interval", 10*time.Second, "redis: how often every override is read again, besides the changes pushed by pub/sub")
+}
+
+func (o OverrideSettings) validate() []error {
+	var errs []error
+	if o.MaxTTL <= 0 {
+		errs = append(errs, fmt.Errorf("max-override-ttl: must be positive, got %v", o.MaxTTL))
+	}
+	if o.Refresh <= 0 {
+		errs = append(errs, fmt.Errorf("override-refresh-interval: must be positive, got %v", o.Refresh))
+	}
+	return errs
+}
