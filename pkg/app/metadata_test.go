@@ -9,10 +9,11 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/tollgatehq/tollgate/internal/apptest"
-	"github.com/tollgatehq/tollgate/pkg/app"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/tollgatehq/tollgate/internal/apptest"
+	"github.com/tollgatehq/tollgate/pkg/app"
 )
 
 // TestServeDynamicMetadata checks that the settings choose the parts of

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
 )
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/spf13/cobra"
+
 	"github.com/tollgatehq/tollgate/pkg/loadgen"
 )
 

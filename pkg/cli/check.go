@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
 	"github.com/tollgatehq/tollgate/pkg/app"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 )

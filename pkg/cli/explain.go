@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
 	"github.com/tollgatehq/tollgate/pkg/app"
 	"github.com/tollgatehq/tollgate/pkg/rlsclient"
 )

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
 	"github.com/tollgatehq/tollgate/pkg/rlsclient"
 )
 

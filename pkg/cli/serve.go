@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
 	"github.com/tollgatehq/tollgate/pkg/app"
 	"github.com/tollgatehq/tollgate/pkg/store/redis"
 )

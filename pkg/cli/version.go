@@ -5,6 +5,7 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
+
 	"github.com/tollgatehq/tollgate/pkg/version"
 )
 

@@ -11,9 +11,8 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/tollgatehq/tollgate/internal/redistest"
-
 	"github.com/tollgatehq/tollgate/internal/logtest"
+	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
 	"github.com/tollgatehq/tollgate/pkg/store"
 )
