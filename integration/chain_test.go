@@ -3,9 +3,6 @@ package integration
 import (
 	"testing"
 
-	goredis "github.com/redis/go-redis/v9"
-
-	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/pkg/store/cached"
 	"github.com/tollgatehq/tollgate/pkg/store/redis"
 )
@@ -16,32 +13,6 @@ import (
 
 // The Redis store is what package cached leases from.
 var _ cached.Leaser = (*redis.Store)(nil)
-
-// deployment is a running Redis under test.
-type deployment struct {
-	name   string
-	client func(t testing.TB) goredis.UniversalClient
-}
-
-// standalone starts a standalone server.
-func standalone(t testing.TB) deployment {
-	srv := redistest.StartStandalone(t)
-	return deployment{name: "standalone", client: func(t testing.TB) goredis.UniversalClient {
-		c := goredis.NewClient(&goredis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
-		t.Cleanup(func() { _ = c.Close() })
-		return c
-	}}
-}
-
-// cluster starts a three-master cluster.
-func cluster(t testing.TB) deployment {
-	cl := redistest.StartCluster(t)
-	return deployment{name: "cluster", client: func(t testing.TB) goredis.UniversalClient {
-		c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: cl.Addrs(), ContextTimeoutEnabled: true})
-		t.Cleanup(func() { _ = c.Close() })
-		return c
-	}}
-}
 
 // newStore returns a Redis store closed at the end of the test.
 func newStore(t testing.TB, opts redis.Options) *redis.Store {

@@ -14,6 +14,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
 	"github.com/tollgatehq/tollgate/pkg/algorithm/algorithmtest"
 	"github.com/tollgatehq/tollgate/pkg/store"
@@ -86,12 +87,12 @@ func TestCachedFleet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the fleet runs on real time")
 	}
-	for _, start := range []func(testing.TB) deployment{standalone, cluster} {
+	for _, start := range []func(testing.TB) redistest.Deployment{redistest.StandaloneDeployment, redistest.ClusterDeployment} {
 		d := start(t)
 		for _, kind := range []algorithm.Kind{algorithm.FixedWindow, algorithm.SlidingWindowCounter, algorithm.TokenBucket} {
 			for _, requests := range []int64{5, 10_000} {
 				for _, split := range fleetSplits {
-					name := fmt.Sprintf("%s/%s/%d/%s", d.name, kind, requests, split.name)
+					name := fmt.Sprintf("%s/%s/%d/%s", d.Name, kind, requests, split.name)
 					t.Run(name, func(t *testing.T) {
 						l := algorithm.Limit{Kind: kind, Requests: requests, Period: 1_000_000}
 						run := runRedisFleet(t, d, l, name, split.goroutines)
@@ -124,9 +125,9 @@ type fleetRun struct {
 
 // runRedisFleet runs the fleet for two and a half periods of l, with
 // goroutines[i] goroutines on instance i.
-func runRedisFleet(t *testing.T, d deployment, l algorithm.Limit, prefix string, goroutines []int) fleetRun {
+func runRedisFleet(t *testing.T, d redistest.Deployment, l algorithm.Limit, prefix string, goroutines []int) fleetRun {
 	return runFleetOn(t, func() shared {
-		return timed{newStore(t, redis.Options{Client: d.client(t), KeyPrefix: "f" + prefix})}
+		return timed{newStore(t, redis.Options{Client: d.Client(t), KeyPrefix: "f" + prefix})}
 	}, l, goroutines)
 }
 

@@ -28,7 +28,7 @@ import (
 // Redis: redis-us/op for the whole server (network included), script-us/op
 // for the script calls alone (INFO commandstats).
 func BenchmarkApply(b *testing.B) {
-	d := standalone(b)
+	d := redistest.StandaloneDeployment(b)
 	for _, window := range []time.Duration{0, 200 * time.Microsecond, -1} {
 		for _, parallel := range []int{0, 16} {
 			name := fmt.Sprintf("window=%v/serial", window)
@@ -36,7 +36,7 @@ func BenchmarkApply(b *testing.B) {
 				name = fmt.Sprintf("window=%v/goroutines=%dxGOMAXPROCS", window, parallel)
 			}
 			b.Run(name, func(b *testing.B) {
-				client := d.client(b)
+				client := d.Client(b)
 				mp, sum := metrictest.New(b)
 				s := newStore(b, redis.Options{Client: client, BatchWindow: window, MeterProvider: mp})
 				l := limit(algorithm.TokenBucket, 1e9, time.Second)
@@ -79,8 +79,8 @@ func BenchmarkApply(b *testing.B) {
 // batcher. See BenchmarkApply for the metrics.
 func BenchmarkApplyKeys(b *testing.B) {
 	const keys = 10_000
-	d := standalone(b)
-	client := d.client(b)
+	d := redistest.StandaloneDeployment(b)
+	client := d.Client(b)
 	mp, sum := metrictest.New(b)
 	s := newStore(b, redis.Options{Client: client, MeterProvider: mp})
 	l := limit(algorithm.TokenBucket, 1000, time.Second)
@@ -129,7 +129,7 @@ func BenchmarkPair(b *testing.B) {
 			name = fmt.Sprintf("goroutines=%d", parallel)
 		}
 		b.Run(name, func(b *testing.B) {
-			client := standalone(b).client(b)
+			client := redistest.StandaloneDeployment(b).Client(b)
 			pair := func(ctx context.Context, key string) error {
 				now := time.Now().Unix()
 				k := "ratelimit_bench_" + key + "_" + strconv.FormatInt(now, 10)
@@ -351,10 +351,10 @@ func hasSizeClass(t *testing.T, client *goredis.Client, size int) bool {
 // reads the counter's penalty state beside the counter (one more key, one
 // more GET, no write), on the general path instead of the one-hit path.
 func BenchmarkApplyPenalty(b *testing.B) {
-	d := standalone(b)
+	d := redistest.StandaloneDeployment(b)
 	for _, penalized := range []bool{false, true} {
 		b.Run(fmt.Sprintf("penalty=%t", penalized), func(b *testing.B) {
-			client := d.client(b)
+			client := d.Client(b)
 			mp, sum := metrictest.New(b)
 			s := newStore(b, redis.Options{Client: client, BatchWindow: -1, MeterProvider: mp})
 			h := hit("serial", limit(algorithm.TokenBucket, 1e9, time.Second), 1)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
 	"github.com/tollgatehq/tollgate/pkg/store"
 	"github.com/tollgatehq/tollgate/pkg/store/redis"
@@ -17,10 +18,10 @@ import (
 // exhausted and penalized client is admitted again at once.
 func TestClear(t *testing.T) {
 	kinds := []algorithm.Kind{algorithm.TokenBucket, algorithm.FixedWindow, algorithm.SlidingWindowCounter, algorithm.SlidingWindowLog}
-	for _, start := range []func(testing.TB) deployment{standalone, cluster} {
+	for _, start := range []func(testing.TB) redistest.Deployment{redistest.StandaloneDeployment, redistest.ClusterDeployment} {
 		d := start(t)
-		t.Run(d.name, func(t *testing.T) {
-			client := d.client(t)
+		t.Run(d.Name, func(t *testing.T) {
+			client := d.Client(t)
 			s := newStore(t, redis.Options{Client: client, KeyPrefix: "c"})
 			var hits []store.Hit
 			for i, kind := range kinds {

@@ -13,6 +13,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
 	"github.com/tollgatehq/tollgate/pkg/store"
 	"github.com/tollgatehq/tollgate/pkg/store/redis"
@@ -339,8 +340,8 @@ func keySlot(key string) int {
 // the shard's slot, the slot Key reports, and that each counter was
 // written where the store looks for it.
 func TestKeysOnCluster(t *testing.T) {
-	d := cluster(t)
-	client := d.client(t)
+	d := redistest.ClusterDeployment(t)
+	client := d.Client(t)
 	s := newStore(t, redis.Options{Client: client, KeyPrefix: "h"})
 	ctx := context.Background()
 	byShard := map[string]int{}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
 	"github.com/tollgatehq/tollgate/pkg/store"
 	"github.com/tollgatehq/tollgate/pkg/store/redis"
@@ -16,8 +17,8 @@ import (
 // be locally, and no earlier than the call's start plus what was left of
 // it.
 func TestLeaseLocalClock(t *testing.T) {
-	d := standalone(t)
-	s := newStore(t, redis.Options{Client: d.client(t), KeyPrefix: "lc"})
+	d := redistest.StandaloneDeployment(t)
+	s := newStore(t, redis.Options{Client: d.Client(t), KeyPrefix: "lc"})
 	ctx := context.Background()
 	req := store.LeaseRequest{
 		Counter: store.Hit{Domain: "d", Entries: []store.Entry{{Key: "k", Value: "v"}},
@@ -52,8 +53,8 @@ func TestLeaseLocalClock(t *testing.T) {
 }
 
 func TestReserveErrors(t *testing.T) {
-	d := standalone(t)
-	s := newStore(t, redis.Options{Client: d.client(t), KeyPrefix: "le"})
+	d := redistest.StandaloneDeployment(t)
+	s := newStore(t, redis.Options{Client: d.Client(t), KeyPrefix: "le"})
 	err := s.Reserve(context.Background(), make([]store.LeaseRequest, 2), make([]algorithm.Lease, 1))
 	if want := "redis store: 1 leases for 2 lease requests"; err == nil || err.Error() != want {
 		t.Fatalf("got %v, want %s", err, want)
@@ -73,8 +74,8 @@ func TestReserveErrors(t *testing.T) {
 // machine, on token buckets that never run dry. It reports each one's
 // ns per call and reserve/apply, their ratio.
 func BenchmarkReserveVsApply(b *testing.B) {
-	d := standalone(b)
-	s := newStore(b, redis.Options{Client: d.client(b), KeyPrefix: "bl"})
+	d := redistest.StandaloneDeployment(b)
+	s := newStore(b, redis.Options{Client: d.Client(b), KeyPrefix: "bl"})
 	ctx := context.Background()
 	l := algorithm.Limit{Kind: algorithm.TokenBucket, Requests: 1e12, Period: 1_000_000}
 	entries := []store.Entry{{Key: "k", Value: "bench"}}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/internal/metrictest"
+	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
 	"github.com/tollgatehq/tollgate/pkg/store"
 	"github.com/tollgatehq/tollgate/pkg/store/redis"
@@ -20,8 +21,8 @@ import (
 // order, a failure confined to its batch, and at most a few hundred hits
 // per call.
 func TestMergedBatches(t *testing.T) {
-	d := standalone(t)
-	client := d.client(t)
+	d := redistest.StandaloneDeployment(t)
+	client := d.Client(t)
 	five := limit(algorithm.FixedWindow, 5, time.Hour)
 	// many returns n hits of cost 1 on distinct counters.
 	many := func(n int) []store.Hit {
@@ -153,8 +154,8 @@ func TestMergedBatches(t *testing.T) {
 // TestLargeBatch applies batches larger than a script call would merge,
 // and larger than Lua's stack, which bounds unpack.
 func TestLargeBatch(t *testing.T) {
-	d := standalone(t)
-	s := newStore(t, redis.Options{Client: d.client(t), KeyPrefix: "lb"})
+	d := redistest.StandaloneDeployment(t)
+	s := newStore(t, redis.Options{Client: d.Client(t), KeyPrefix: "lb"})
 	l := limit(algorithm.TokenBucket, 5, time.Hour)
 	hits := make([]store.Hit, 3000)
 	for i := range hits {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/internal/metrictest"
+	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
 	"github.com/tollgatehq/tollgate/pkg/store"
 	"github.com/tollgatehq/tollgate/pkg/store/memory"
@@ -34,20 +35,20 @@ func TestMatchesReference(t *testing.T) {
 	if testing.Short() {
 		steps = 500
 	}
-	for _, start := range []func(testing.TB) deployment{standalone, cluster} {
+	for _, start := range []func(testing.TB) redistest.Deployment{redistest.StandaloneDeployment, redistest.ClusterDeployment} {
 		d := start(t)
-		t.Run(d.name+"/client clock", func(t *testing.T) {
+		t.Run(d.Name+"/client clock", func(t *testing.T) {
 			clock := storetest.NewClock(t0)
-			s := newStore(t, redis.Options{Client: d.client(t), KeyPrefix: "p", Now: clock.Now})
-			runParity(t, s, d.name == "cluster", steps, func(rng *rand.Rand) {
+			s := newStore(t, redis.Options{Client: d.Client(t), KeyPrefix: "p", Now: clock.Now})
+			runParity(t, s, d.Name == "cluster", steps, func(rng *rand.Rand) {
 				clock.Advance(time.Duration(rng.ExpFloat64()*float64(20*time.Millisecond)) + time.Duration(rng.IntN(2))*time.Microsecond)
 			})
 		})
 		// On the server's clock, where token buckets keep their TAT in the
 		// key's expiry, time runs for real: Redis expires keys as it goes.
-		t.Run(d.name+"/server clock", func(t *testing.T) {
-			s := newStore(t, redis.Options{Client: d.client(t), KeyPrefix: "q"})
-			runParity(t, s, d.name == "cluster", steps, nil)
+		t.Run(d.Name+"/server clock", func(t *testing.T) {
+			s := newStore(t, redis.Options{Client: d.Client(t), KeyPrefix: "q"})
+			runParity(t, s, d.Name == "cluster", steps, nil)
 		})
 	}
 }
@@ -63,11 +64,11 @@ func TestMergedMatchesReference(t *testing.T) {
 	if testing.Short() {
 		steps = 200
 	}
-	for _, start := range []func(testing.TB) deployment{standalone, cluster} {
+	for _, start := range []func(testing.TB) redistest.Deployment{redistest.StandaloneDeployment, redistest.ClusterDeployment} {
 		d := start(t)
 		for _, clock := range []string{"client clock", "server clock"} {
-			t.Run(d.name+"/"+clock, func(t *testing.T) {
-				opts := redis.Options{Client: d.client(t), KeyPrefix: "m" + clock[:1]}
+			t.Run(d.Name+"/"+clock, func(t *testing.T) {
+				opts := redis.Options{Client: d.Client(t), KeyPrefix: "m" + clock[:1]}
 				c := storetest.NewClock(t0)
 				if clock == "client clock" {
 					opts.Now = c.Now
@@ -120,12 +121,12 @@ func TestMergedLeasesMatchReference(t *testing.T) {
 	if testing.Short() {
 		steps = 200
 	}
-	for _, start := range []func(testing.TB) deployment{standalone, cluster} {
+	for _, start := range []func(testing.TB) redistest.Deployment{redistest.StandaloneDeployment, redistest.ClusterDeployment} {
 		d := start(t)
 		for _, clock := range []string{"client clock", "server clock"} {
-			t.Run(d.name+"/"+clock, func(t *testing.T) {
+			t.Run(d.Name+"/"+clock, func(t *testing.T) {
 				mp, sum := metrictest.New(t)
-				opts := redis.Options{Client: d.client(t), KeyPrefix: "ml" + clock[:1], MeterProvider: mp}
+				opts := redis.Options{Client: d.Client(t), KeyPrefix: "ml" + clock[:1], MeterProvider: mp}
 				c := storetest.NewClock(t0)
 				if clock == "client clock" {
 					opts.Now = c.Now
@@ -216,7 +217,7 @@ func TestMergedLeasesMatchReference(t *testing.T) {
 				// the script was not loaded yet): the operations were
 				// merged.
 				slots := int64(1)
-				if d.name == "cluster" {
+				if d.Name == "cluster" {
 					slots = 3
 				}
 				if calls := sum("tollgate_redis_script_calls"); calls > slots*int64(steps+1) {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
 	"github.com/tollgatehq/tollgate/pkg/store/redis"
 	"github.com/tollgatehq/tollgate/pkg/store/storetest"
@@ -16,11 +17,11 @@ import (
 // forgiven, as algorithm.Penalty.Expiry says (plus the second of slack of
 // a client clock).
 func TestPenaltyKey(t *testing.T) {
-	for _, start := range []func(testing.TB) deployment{standalone, cluster} {
+	for _, start := range []func(testing.TB) redistest.Deployment{redistest.StandaloneDeployment, redistest.ClusterDeployment} {
 		d := start(t)
-		t.Run(d.name, func(t *testing.T) {
+		t.Run(d.Name, func(t *testing.T) {
 			ctx := context.Background()
-			client := d.client(t)
+			client := d.Client(t)
 			clock := storetest.NewClock(time.UnixMicro(1_750_000_000_000_000)) // a whole second
 			s := newStore(t, redis.Options{Client: client, KeyPrefix: "pk", Now: clock.Now})
 			h := hit("client", limit(algorithm.FixedWindow, 1, time.Second), 1)
@@ -74,8 +75,8 @@ func TestPenaltyKey(t *testing.T) {
 // and its hit reports its counter after the refund; then a cooldown in one
 // group makes the other group's hits refunded too.
 func TestPenaltyCrossSlot(t *testing.T) {
-	d := cluster(t)
-	s := newStore(t, redis.Options{Client: d.client(t), KeyPrefix: "pc"})
+	d := redistest.ClusterDeployment(t)
+	s := newStore(t, redis.Options{Client: d.Client(t), KeyPrefix: "pc"})
 	// Shards "a" and "b" hash to slots 15495 and 3300: two groups.
 	full := hit("b", limit(algorithm.FixedWindow, 1, time.Hour), 1)
 	apply(t, s, full)

@@ -26,32 +26,6 @@ import (
 // t0 is the vectors' start, 2025-06-15T13:46:40Z.
 var t0 = time.UnixMicro(1_750_000_000_000_000)
 
-// deployment is a running Redis under test.
-type deployment struct {
-	name   string
-	client func(t testing.TB) goredis.UniversalClient
-}
-
-// standalone starts a standalone server.
-func standalone(t testing.TB) deployment {
-	srv := redistest.StartStandalone(t)
-	return deployment{name: "standalone", client: func(t testing.TB) goredis.UniversalClient {
-		c := goredis.NewClient(&goredis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
-		t.Cleanup(func() { _ = c.Close() })
-		return c
-	}}
-}
-
-// cluster starts a three-master cluster.
-func cluster(t testing.TB) deployment {
-	cl := redistest.StartCluster(t)
-	return deployment{name: "cluster", client: func(t testing.TB) goredis.UniversalClient {
-		c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: cl.Addrs(), ContextTimeoutEnabled: true})
-		t.Cleanup(func() { _ = c.Close() })
-		return c
-	}}
-}
-
 // newStore returns a Store closed at the end of the test. With
 // TOLLGATE_REDIS_EVALSHA set, the store calls the script with EVALSHA even
 // where the server has Redis Functions, so that every test can run on
@@ -98,17 +72,17 @@ func hit(value string, l algorithm.Limit, cost int64) store.Hit {
 // script as a function (FCALL) and as a script (EVALSHA): the Lua code must
 // reproduce package algorithm exactly, Reserve and Return included.
 func TestVectors(t *testing.T) {
-	for _, start := range []func(testing.TB) deployment{standalone, cluster} {
+	for _, start := range []func(testing.TB) redistest.Deployment{redistest.StandaloneDeployment, redistest.ClusterDeployment} {
 		d := start(t)
 		for _, batch := range []struct {
 			name   string
 			window time.Duration
 		}{{"batched", 0}, {"unbatched", -1}} {
 			for _, call := range []string{"fcall", "evalsha"} {
-				t.Run(d.name+"/"+batch.name+"/"+call, func(t *testing.T) {
+				t.Run(d.Name+"/"+batch.name+"/"+call, func(t *testing.T) {
 					open := func(t *testing.T, clock *storetest.Clock, prefix string) *redis.Store {
 						opts := redis.Options{
-							Client:      d.client(t),
+							Client:      d.Client(t),
 							KeyPrefix:   prefix + batch.name[:1] + call[:1],
 							Now:         clock.Now,
 							BatchWindow: batch.window,
@@ -156,8 +130,8 @@ func TestNewRejects(t *testing.T) {
 // one key, a TTL that ends when the counter is empty again, and the key
 // gone once a refund empties it. The server's clock decides (Now is nil).
 func TestState(t *testing.T) {
-	d := standalone(t)
-	client := d.client(t)
+	d := redistest.StandaloneDeployment(t)
+	client := d.Client(t)
 	s := newStore(t, redis.Options{Client: client})
 	ctx := context.Background()
 	tests := []struct {
@@ -208,8 +182,8 @@ func TestState(t *testing.T) {
 // with a TTL that only governs cleanup: it ends a ms of slack after the TAT
 // on the server's clock, a second after it on a client's.
 func TestTokenBucketIsOneInteger(t *testing.T) {
-	d := standalone(t)
-	client := d.client(t)
+	d := redistest.StandaloneDeployment(t)
+	client := d.Client(t)
 	ctx := context.Background()
 	l := limit(algorithm.TokenBucket, 10, time.Second)
 	t.Run("server clock", func(t *testing.T) {
@@ -280,8 +254,8 @@ func onlyKey(t *testing.T, client goredis.UniversalClient, pattern string) strin
 // TestIdleKeysExpire checks that Redis drops a counter once it is empty
 // again, with no help from the store.
 func TestIdleKeysExpire(t *testing.T) {
-	d := standalone(t)
-	client := d.client(t)
+	d := redistest.StandaloneDeployment(t)
+	client := d.Client(t)
 	s := newStore(t, redis.Options{Client: client, KeyPrefix: "idle"})
 	ctx := context.Background()
 	hits := []store.Hit{
@@ -303,11 +277,11 @@ func TestIdleKeysExpire(t *testing.T) {
 
 // TestNoScript checks that Apply recovers when Redis loses the script.
 func TestNoScript(t *testing.T) {
-	for _, start := range []func(testing.TB) deployment{standalone, cluster} {
+	for _, start := range []func(testing.TB) redistest.Deployment{redistest.StandaloneDeployment, redistest.ClusterDeployment} {
 		d := start(t)
 		for _, window := range []time.Duration{0, -1} {
-			t.Run(fmt.Sprintf("%s/window=%v", d.name, window), func(t *testing.T) {
-				client := d.client(t)
+			t.Run(fmt.Sprintf("%s/window=%v", d.Name, window), func(t *testing.T) {
+				client := d.Client(t)
 				mp, sum := metrictest.New(t)
 				s := newStore(t, redis.Options{Client: client, BatchWindow: window, MeterProvider: mp, KeyPrefix: "ns" + strconv.Itoa(int(window))})
 				l := limit(algorithm.FixedWindow, 10, time.Hour)
@@ -352,12 +326,12 @@ func TestConcurrentHitsNeverExceed(t *testing.T) {
 		attempts = 25
 		max      = 100
 	)
-	for _, start := range []func(testing.TB) deployment{standalone, cluster} {
+	for _, start := range []func(testing.TB) redistest.Deployment{redistest.StandaloneDeployment, redistest.ClusterDeployment} {
 		d := start(t)
 		for _, kind := range []algorithm.Kind{algorithm.TokenBucket, algorithm.FixedWindow, algorithm.SlidingWindowCounter, algorithm.SlidingWindowLog} {
 			for _, window := range []time.Duration{0, -1} {
-				t.Run(fmt.Sprintf("%s/%v/window=%v", d.name, kind, window), func(t *testing.T) {
-					s := newStore(t, redis.Options{Client: d.client(t), BatchWindow: window, KeyPrefix: fmt.Sprintf("c%d%d", kind, window)})
+				t.Run(fmt.Sprintf("%s/%v/window=%v", d.Name, kind, window), func(t *testing.T) {
+					s := newStore(t, redis.Options{Client: d.Client(t), BatchWindow: window, KeyPrefix: fmt.Sprintf("c%d%d", kind, window)})
 					l := limit(kind, max, time.Hour) // no refill while the test runs
 					var admitted atomic.Int64
 					var wg sync.WaitGroup
@@ -389,8 +363,8 @@ func TestConcurrentHitsNeverExceed(t *testing.T) {
 // slot group charges nothing in the others: the admitted hits of other
 // groups are refunded and report their counters as they stand.
 func TestCrossSlotRollback(t *testing.T) {
-	d := cluster(t)
-	client := d.client(t)
+	d := redistest.ClusterDeployment(t)
+	client := d.Client(t)
 	mp, sum := metrictest.New(t)
 	s := newStore(t, redis.Options{Client: client, KeyPrefix: "x", MeterProvider: mp})
 	// Shards "a" and "b" hash to slots 15495 and 3300: two groups.
@@ -444,8 +418,8 @@ func TestCrossSlotRollback(t *testing.T) {
 // admitted and, once the rejected requests are refunded, both counters hold
 // exactly the admitted requests.
 func TestCrossSlotConcurrent(t *testing.T) {
-	d := cluster(t)
-	s := newStore(t, redis.Options{Client: d.client(t), KeyPrefix: "xc"})
+	d := redistest.ClusterDeployment(t)
+	s := newStore(t, redis.Options{Client: d.Client(t), KeyPrefix: "xc"})
 	a, b := limit(algorithm.FixedWindow, 50, time.Hour), limit(algorithm.FixedWindow, 80, time.Hour)
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
@@ -477,7 +451,7 @@ func TestCrossSlotConcurrent(t *testing.T) {
 // batching is on, each round trip one script call that carries the Applies
 // as groups, and that each Apply is its own round trip when it is off.
 func TestBatching(t *testing.T) {
-	d := standalone(t)
+	d := redistest.StandaloneDeployment(t)
 	const (
 		workers = 32
 		applies = 40
@@ -488,7 +462,7 @@ func TestBatching(t *testing.T) {
 	}{{0, true}, {200 * time.Microsecond, true}, {-1, false}} {
 		t.Run(fmt.Sprintf("window=%v", tt.window), func(t *testing.T) {
 			mp, sum := metrictest.New(t)
-			s := newStore(t, redis.Options{Client: d.client(t), BatchWindow: tt.window, MeterProvider: mp, KeyPrefix: "b" + tt.window.String()})
+			s := newStore(t, redis.Options{Client: d.Client(t), BatchWindow: tt.window, MeterProvider: mp, KeyPrefix: "b" + tt.window.String()})
 			l := limit(algorithm.TokenBucket, 1e6, time.Second)
 			// Once the script is surely loaded, count from zero.
 			apply(t, s, hit("warm-up", l, 1))
@@ -527,8 +501,8 @@ func TestBatching(t *testing.T) {
 // TestClose checks that Close waits for the batcher's goroutines, and that
 // Apply fails with ErrUnavailable afterwards.
 func TestClose(t *testing.T) {
-	d := standalone(t)
-	client := d.client(t)
+	d := redistest.StandaloneDeployment(t)
+	client := d.Client(t)
 	if err := client.Ping(context.Background()).Err(); err != nil {
 		t.Fatal(err)
 	}
