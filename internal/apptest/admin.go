@@ -20,9 +20,9 @@ descriptors:
   - key: api_key
     rate_limit: {unit: minute, requests_per_unit: 2, algorithm: fixed_window}
 `
-	// OpsToken is the admin token StartAdmin's token file gives "ops";
-	// EnvToken is its TOLLGATE_ADMIN_TOKEN.
+	// OpsToken is the admin token StartAdmin's token file gives "ops".
 	OpsToken = "ops-token-0b6e9d2c"
+	// EnvToken is StartAdmin's TOLLGATE_ADMIN_TOKEN.
 	EnvToken = "env-token-7d41a8f3"
 )
 

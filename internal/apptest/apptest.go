@@ -6,7 +6,7 @@ package apptest
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"sync"
@@ -81,7 +81,7 @@ func Start(t testing.TB, dir string, opts Options) *Running {
 		case err := <-done:
 			return err
 		case <-time.After(StopTimeout):
-			return errors.New("Run did not return within 10 s of the stop")
+			return fmt.Errorf("the App did not return from Run within %v of the stop", StopTimeout)
 		}
 	})
 	t.Cleanup(func() {
