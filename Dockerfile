@@ -34,14 +34,14 @@ COPY --from=build /out/tollgate /bin/ratelimit
 # that envoyproxy/ratelimit's RUNTIME_ROOT can choose it instead.
 WORKDIR /etc/tollgate
 COPY config-examples/ /etc/tollgate/config/
-# The debug listener (/debug/config, pprof) binds every interface of the
-# container so that EXPOSE 6070 means something; publish it to loopback
-# only, or not at all.
-ENV TOLLGATE_DEBUG_ADDR=:6070
+# The debug listener (/debug/config, which lists the live overrides, and
+# pprof) keeps its default, the container's loopback: nothing outside the
+# container reaches it. Expose it deliberately, with --debug-addr :6070 or
+# TOLLGATE_DEBUG_ADDR=:6070, and publish it to the host's loopback only.
 USER 65532:65532
 # gRPC (RateLimitService, grpc.health.v1), HTTP (/v1/check, /metrics,
-# /healthz, /readyz), debug.
-EXPOSE 8081 8080 6070
+# /healthz, /readyz).
+EXPOSE 8081 8080
 # Exec form: the image has no shell.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
     CMD ["/usr/local/bin/tollgate", "health", "--addr", "127.0.0.1:8081", "--timeout", "2s"]

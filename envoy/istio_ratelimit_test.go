@@ -22,7 +22,6 @@ const (
 	istioRateLimit       = "ratelimit"
 	istioRateLimitConfig = "ratelimit-config"
 	ratelimitCommand     = "/bin/ratelimit"
-	ratelimitDebugPort   = 6070 // envoyproxy/ratelimit's DEBUG_PORT default
 )
 
 // istioRateLimitEnv is the environment of Istio's sample, which the
@@ -130,14 +129,16 @@ func istioRateLimitProblems(o *objects, f deployFacts) []string {
 		}
 	}
 
-	// Ports: envoyproxy/ratelimit's HTTP, gRPC and debug ports.
+	// Ports: envoyproxy/ratelimit's HTTP and gRPC ports. The sample's
+	// debug port is not published: tollgate's debug listener stays on the
+	// pod's loopback.
 	var ports []int32
 	for _, p := range c.Ports {
 		ports = append(ports, p.ContainerPort)
 	}
-	wantPorts := []int32{int32(f.tollgate.httpPort), int32(f.tollgate.grpcPort), ratelimitDebugPort}
+	wantPorts := []int32{int32(f.tollgate.httpPort), int32(f.tollgate.grpcPort)}
 	if !slices.Equal(ports, wantPorts) {
-		add("%s: container ports %v, want %v (HTTP, gRPC, debug)", d, ports, wantPorts)
+		add("%s: container ports %v, want %v (HTTP, gRPC; the debug listener stays on loopback)", d, ports, wantPorts)
 	}
 	svc := o.service(istioRateLimit)
 	if svc == nil {
@@ -183,7 +184,7 @@ func TestBreakingTheIstioRateLimitService(t *testing.T) {
 		{"redis elsewhere", "value: redis.tollgate.svc.cluster.local:6379", "value: redis:6379", `host "redis" is not the demo Redis Service`},
 		{"bad rule", "unit: minute\n          requests_per_unit: 1", "unit: fortnight\n          requests_per_unit: 1", "the rules do not load"},
 		{"other domain", "domain: ratelimit", "domain: rl", `no domain "ratelimit"`},
-		{"debug port", "- containerPort: 6070", "- containerPort: 6060", "container ports [8080 8081 6060], want [8080 8081 6070]"},
+		{"debug port published", "- containerPort: 8081\n", "- containerPort: 8081\n            - containerPort: 6070\n", "container ports [8080 8081 6070], want [8080 8081]"},
 		{"service selects nothing", "  selector:\n    app: ratelimit\n  ports:", "  selector:\n    app: rl\n  ports:", "Service ratelimit does not select the Deployment ratelimit alone"},
 		{"command dropped", "          command: [\"/bin/ratelimit\"]\n", "", "want [/bin/ratelimit] as in Istio's sample"},
 	}

@@ -30,6 +30,7 @@ import (
 
 	"github.com/compose-spec/compose-go/v2/loader"
 	"github.com/compose-spec/compose-go/v2/types"
+	"github.com/spf13/pflag"
 	"gopkg.in/yaml.v3"
 
 	"github.com/tollgatehq/tollgate/pkg/app"
@@ -208,6 +209,13 @@ func TestComposeTollgateService(t *testing.T) {
 		port, ok := published[want]
 		if !ok || port.HostIP != "127.0.0.1" || port.Published != strconv.Itoa(int(want)) {
 			t.Errorf("tollgate port %d: %+v, want published as 127.0.0.1:%d", want, port, want)
+		}
+	}
+	// Every port it publishes, the debug listener's included, is on the
+	// host's loopback.
+	for _, port := range tg.Ports {
+		if port.HostIP != "127.0.0.1" {
+			t.Errorf("tollgate port %d is published on %q, want 127.0.0.1 only", port.Target, port.HostIP)
 		}
 	}
 
@@ -897,10 +905,19 @@ func TestDockerfileImage(t *testing.T) {
 	}
 
 	grpcPort, httpPort := defaultPorts(t)
-	debugPort := portOf(t, img.env["TOLLGATE_DEBUG_ADDR"])
-	want := []string{strconv.Itoa(int(grpcPort)), strconv.Itoa(int(httpPort)), strconv.Itoa(int(debugPort))}
+	want := []string{strconv.Itoa(int(grpcPort)), strconv.Itoa(int(httpPort))}
 	if !slices.Equal(img.expose, want) {
-		t.Errorf("EXPOSE %v, want %v (gRPC, HTTP, debug)", img.expose, want)
+		t.Errorf("EXPOSE %v, want %v (gRPC, HTTP; the debug listener stays on loopback)", img.expose, want)
+	}
+	// The debug listener (/debug/config lists the overrides; pprof) binds
+	// the container's loopback: serve's settings in the image's
+	// environment say so.
+	s, err := app.LoadSettings(app.Flags(pflag.NewFlagSet("serve", pflag.ContinueOnError)), func(k string) string { return img.env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if host, _, err := net.SplitHostPort(s.Listen.Debug); s.Listen.Debug != "" && (err != nil || !net.ParseIP(host).IsLoopback()) {
+		t.Errorf("the image's debug listener binds %q, want the loopback only", s.Listen.Debug)
 	}
 
 	// The binary is the entrypoint and the health check.
