@@ -8,6 +8,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -32,15 +33,22 @@ const DefaultTokenDebounce = 100 * time.Millisecond
 // content.
 var ErrTokenFile = errors.New("invalid admin token file")
 
+// MinTokenLen is the shortest admin token accepted, in bytes: a shorter
+// one, in the file or the environment, is refused at load, so that no
+// guessable token opens the admin API.
+const MinTokenLen = 16
+
 // TokensOptions configure Tokens. With neither File nor Env the admin API
 // is disabled.
 type TokensOptions struct {
 	// File holds one token per line: "NAME TOKEN", or "TOKEN" alone, which
-	// is named "line-N" after its line number. Blank lines and lines
+	// is named "line-N" after its line number; a token has at least
+	// MinTokenLen bytes. Blank lines and lines
 	// beginning with "#" are ignored. Names and tokens must each be
 	// unique. Run reads it again whenever it changes.
 	File string
-	// Env is one more token, named EnvTokenName.
+	// Env is one more token, named EnvTokenName, of at least MinTokenLen
+	// bytes.
 	Env string
 	// Debounce is how long after the first change of a burst the file is
 	// read again; zero means DefaultTokenDebounce.
@@ -76,6 +84,8 @@ type tokenSet struct {
 	// content is the file as read, so that a reread of an unchanged file
 	// changes nothing and logs nothing.
 	content [sha256.Size]byte
+	// gone is set when the file was not there: it has no tokens.
+	gone bool
 }
 
 // NewTokens reads the token file, if any. It fails when the file cannot be
@@ -91,6 +101,9 @@ func NewTokens(opts TokensOptions) (*Tokens, error) {
 	}
 	t.log = t.log.With("component", "admin-tokens")
 	if opts.Env != "" {
+		if len(opts.Env) < MinTokenLen {
+			return nil, fmt.Errorf("admin token of the environment (TOLLGATE_ADMIN_TOKEN): shorter than %d bytes", MinTokenLen)
+		}
 		t.env = &token{name: EnvTokenName, sum: sha256.Sum256([]byte(opts.Env))}
 	}
 	set := &tokenSet{}
@@ -173,16 +186,21 @@ func parseTokens(data []byte, reserveEnv bool) ([]token, error) {
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		var tok token
+		var name, secret string
 		switch fields := strings.Fields(line); len(fields) {
 		case 1:
-			tok = token{name: "line-" + strconv.Itoa(n), sum: sha256.Sum256([]byte(fields[0]))}
+			name, secret = "line-"+strconv.Itoa(n), fields[0]
 		case 2:
-			tok = token{name: fields[0], sum: sha256.Sum256([]byte(fields[1]))}
+			name, secret = fields[0], fields[1]
 		default:
 			errs = append(errs, fmt.Errorf("line %d: want TOKEN or NAME TOKEN, got %d fields", n, len(fields)))
 			continue
 		}
+		if len(secret) < MinTokenLen {
+			errs = append(errs, fmt.Errorf("line %d: the token is shorter than %d bytes", n, MinTokenLen))
+			continue
+		}
+		tok := token{name: name, sum: sha256.Sum256([]byte(secret))}
 		if at, dup := names[tok.name]; dup {
 			if at == 0 {
 				errs = append(errs, fmt.Errorf("line %d: the name %q is the environment's token's", n, tok.name))
@@ -207,9 +225,12 @@ func parseTokens(data []byte, reserveEnv bool) ([]token, error) {
 // Run reads the token file again whenever it changes, until ctx ends; it
 // then returns nil once its watch has stopped. It watches the file's
 // directory, not the file, so that an editor's rename and a Kubernetes
-// secret's "..data" swap are seen. A file that cannot be read or has a bad
-// line is logged and the tokens read before stay. Run returns an error if
-// the watch cannot be set up, and nil at once without a file.
+// secret's "..data" swap are seen, and reacts to events of the file and of
+// "..data" alone, so that other files of the directory (a log, say) cannot
+// make it read the file again and again. A file that has a bad line or
+// cannot be read is logged and the tokens read before stay; a file that is
+// gone leaves no token of its own (the environment's stays). Run returns
+// an error if the watch cannot be set up, and nil at once without a file.
 func (t *Tokens) Run(ctx context.Context) error {
 	if t.file == "" {
 		return nil
@@ -247,7 +268,7 @@ func (t *Tokens) Run(ctx context.Context) error {
 			if !ok {
 				return errors.New("admin tokens: watcher closed unexpectedly")
 			}
-			if ev.Op != fsnotify.Chmod {
+			if ev.Op != fsnotify.Chmod && t.concerns(ev.Name) {
 				schedule()
 			}
 		case err, ok := <-w.Errors:
@@ -263,19 +284,36 @@ func (t *Tokens) Run(ctx context.Context) error {
 	}
 }
 
+// concerns reports whether an event on path may change the token file:
+// an event of the file itself, or of the "..data" link a Kubernetes
+// secret or ConfigMap swaps.
+func (t *Tokens) concerns(path string) bool {
+	return filepath.Clean(path) == filepath.Clean(t.file) || filepath.Base(path) == "..data"
+}
+
 // reload reads the file again and swaps in its tokens when they changed.
+// A file that is gone takes its tokens with it.
 func (t *Tokens) reload() {
 	set, err := t.read()
-	if err != nil {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if t.set.Load().gone {
+			return
+		}
+		set = &tokenSet{gone: true}
+		t.log.Warn("admin token file removed: its tokens are refused", slog.String("file", t.file))
+	case err != nil:
 		t.log.Warn("admin token file rejected; the previous tokens stay", slog.String("file", t.file), slog.Any("error", err))
 		return
 	}
-	if set.content == t.set.Load().content {
+	if cur := t.set.Load(); set.content == cur.content && set.gone == cur.gone {
 		return
 	}
 	if t.env != nil {
 		set.tokens = append(set.tokens, *t.env)
 	}
 	t.set.Store(set)
-	t.log.Info("admin tokens reloaded", slog.String("file", t.file), slog.Any("names", t.Names()))
+	if !set.gone {
+		t.log.Info("admin tokens reloaded", slog.String("file", t.file), slog.Any("names", t.Names()))
+	}
 }

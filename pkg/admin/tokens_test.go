@@ -33,13 +33,15 @@ func TestParseTokens(t *testing.T) {
 	}{
 		{name: "empty", file: "", want: nil},
 		{name: "comments and blanks", file: "# tokens\n\n   \n  # indented comment\n", want: nil},
-		{name: "named and bare", file: "# ops\nalice s3cret-a\n\n  s3cret-b  \nbob\ts3cret-c\n", want: []string{"alice", "line-4", "bob"}},
-		{name: "three fields", file: "alice s3cret-a # a comment\n", wantErr: "line 1: want TOKEN or NAME TOKEN, got 5 fields"},
-		{name: "duplicate name", file: "alice s3cret-a\nalice s3cret-b\n", wantErr: `line 2: the name "alice" is taken by line 1`},
-		{name: "duplicate token", file: "alice s3cret-a\nbob s3cret-a\n", wantErr: "line 2: the same token as line 1"},
-		{name: "env name reserved", file: "env s3cret-a\n", reserveEnv: true, wantErr: `line 1: the name "env" is the environment's token's`},
-		{name: "env name free without an env token", file: "env s3cret-a\n", want: []string{"env"}},
-		{name: "errors joined", file: "a b c\nx y\nx z\n", wantErr: "line 1: want TOKEN or NAME TOKEN, got 3 fields\nline 3: the name \"x\" is taken by line 2"},
+		{name: "named and bare", file: "# ops\nalice s3cret-a-0123456789\n\n  s3cret-b-0123456789  \nbob\ts3cret-c-0123456789\n", want: []string{"alice", "line-4", "bob"}},
+		{name: "three fields", file: "alice s3cret-a-0123456789 # a comment\n", wantErr: "line 1: want TOKEN or NAME TOKEN, got 5 fields"},
+		{name: "duplicate name", file: "alice s3cret-a-0123456789\nalice s3cret-b-0123456789\n", wantErr: `line 2: the name "alice" is taken by line 1`},
+		{name: "duplicate token", file: "alice s3cret-a-0123456789\nbob s3cret-a-0123456789\n", wantErr: "line 2: the same token as line 1"},
+		{name: "env name reserved", file: "env s3cret-a-0123456789\n", reserveEnv: true, wantErr: `line 1: the name "env" is the environment's token's`},
+		{name: "env name free without an env token", file: "env s3cret-a-0123456789\n", want: []string{"env"}},
+		{name: "errors joined", file: "a b c\nx y-0123456789abcdef\nx z-0123456789abcdef\n", wantErr: "line 1: want TOKEN or NAME TOKEN, got 3 fields\nline 3: the name \"x\" is taken by line 2"},
+		{name: "short token", file: "alice s3cret-a-0123456789\nbob s3cret-short\ns3cret\n",
+			wantErr: "line 2: the token is shorter than 16 bytes\nline 3: the token is shorter than 16 bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tokens, err := parseTokens([]byte(tc.file), tc.reserveEnv)
@@ -68,8 +70,8 @@ func TestParseTokens(t *testing.T) {
 
 func TestAuthenticate(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "tokens")
-	writeFile(t, path, "alice token-alice\ntoken-bare\n")
-	tokens, err := NewTokens(TokensOptions{File: path, Env: "token-env"})
+	writeFile(t, path, "alice token-alice-0123456789\ntoken-bare-0123456789\n")
+	tokens, err := NewTokens(TokensOptions{File: path, Env: "token-env-0123456789"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,12 +80,12 @@ func TestAuthenticate(t *testing.T) {
 		want      string
 		ok        bool
 	}{
-		{"token-alice", "alice", true},
-		{"token-bare", "line-2", true},
-		{"token-env", "env", true},
+		{"token-alice-0123456789", "alice", true},
+		{"token-bare-0123456789", "line-2", true},
+		{"token-env-0123456789", "env", true},
 		{"", "", false},
 		{"token-alic", "", false},
-		{"token-alice ", "", false},
+		{"token-alice-0123456789 ", "", false},
 		{"alice", "", false},
 		{"Token-alice", "", false},
 	} {
@@ -108,7 +110,7 @@ func TestNewTokens(t *testing.T) {
 		wantErr     string
 	}{
 		{name: "none", opts: TokensOptions{}, wantEnabled: false},
-		{name: "env only", opts: TokensOptions{Env: "t"}, wantEnabled: true},
+		{name: "env only", opts: TokensOptions{Env: "env-token-0123456789"}, wantEnabled: true},
 		{name: "missing file", opts: TokensOptions{File: filepath.Join(dir, "absent")},
 			wantErr: "invalid admin token file: open " + filepath.Join(dir, "absent") + ": no such file or directory"},
 		{name: "bad line", opts: TokensOptions{File: broken},
@@ -132,6 +134,63 @@ func TestNewTokens(t *testing.T) {
 	}
 }
 
+// TestShortEnvToken checks that a token shorter than MinTokenLen in the
+// environment keeps tokens from loading, without showing it.
+func TestShortEnvToken(t *testing.T) {
+	_, err := NewTokens(TokensOptions{Env: "s3cret-short"})
+	if want := "admin token of the environment (TOLLGATE_ADMIN_TOKEN): shorter than 16 bytes"; err == nil || err.Error() != want {
+		t.Fatalf("error %v, want %q", err, want)
+	}
+}
+
+// TestTokenFileRemoved deletes the token file of a running Tokens: its
+// tokens stop working, the environment's does not, and a new file brings
+// tokens back.
+func TestTokenFileRemoved(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens")
+	writeFile(t, path, "ops token-ops-0123456789\n")
+	var logs logtest.Buffer
+	tokens, err := NewTokens(TokensOptions{File: path, Env: "token-env-0123456789", Debounce: time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runTokens(t, tokens)
+	accepts := func(tok string) func() bool {
+		return func() bool { _, ok := tokens.Authenticate(tok); return ok }
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	polltest.Eventually(t, 5*time.Second, func() bool { return !accepts("token-ops-0123456789")() }, "the removed file's token to be refused")
+	if !accepts("token-env-0123456789")() {
+		t.Error("the environment's token is refused after the file was removed")
+	}
+	if !strings.Contains(logs.String(), "admin token file removed: its tokens are refused") {
+		t.Errorf("the removal is not logged:\n%s", logs.String())
+	}
+	writeFile(t, path, "ops token-ops-0123456789\n")
+	polltest.Eventually(t, 5*time.Second, accepts("token-ops-0123456789"), "the file's token to work again once it is back")
+}
+
+// TestTokenWatchConcerns holds the watch to the events that may change the
+// token file: another file of its directory, such as a log written all the
+// time, must not make it read the file again.
+func TestTokenWatchConcerns(t *testing.T) {
+	tokens := &Tokens{file: "/etc/tollgate/admin/tokens"}
+	for path, want := range map[string]bool{
+		"/etc/tollgate/admin/tokens":       true,
+		"/etc/tollgate/admin/..data":       true, // a Kubernetes secret's swap
+		"/etc/tollgate/admin/audit.jsonl":  false,
+		"/etc/tollgate/admin/tokens.swp":   false,
+		"/etc/tollgate/admin/..2026_11_28": false,
+	} {
+		if got := tokens.concerns(path); got != want {
+			t.Errorf("concerns(%q) = %v, want %v", path, got, want)
+		}
+	}
+}
+
 // runTokens starts tokens.Run and stops it when the test ends.
 func runTokens(t *testing.T, tokens *Tokens) {
 	t.Helper()
@@ -151,7 +210,7 @@ func runTokens(t *testing.T, tokens *Tokens) {
 func TestTokenFileReload(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "tokens")
-	writeFile(t, path, "old token-old\n")
+	writeFile(t, path, "old token-old-0123456789\n")
 	var logs logtest.Buffer
 	tokens, err := NewTokens(TokensOptions{File: path, Debounce: time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
@@ -163,29 +222,29 @@ func TestTokenFileReload(t *testing.T) {
 	}
 
 	// Rotation: both tokens for a while, then the new one alone.
-	writeFile(t, path, "old token-old\nnew token-new\n")
-	polltest.Eventually(t, 5*time.Second, accepts("token-new"), "the added token to be accepted")
+	writeFile(t, path, "old token-old-0123456789\nnew token-new-0123456789\n")
+	polltest.Eventually(t, 5*time.Second, accepts("token-new-0123456789"), "the added token to be accepted")
 	tmp := filepath.Join(dir, ".tokens.swp")
-	writeFile(t, tmp, "new token-new\n")
+	writeFile(t, tmp, "new token-new-0123456789\n")
 	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
 	}
-	polltest.Eventually(t, 5*time.Second, func() bool { return !accepts("token-old")() }, "the removed token to be refused")
-	if !accepts("token-new")() {
+	polltest.Eventually(t, 5*time.Second, func() bool { return !accepts("token-old-0123456789")() }, "the removed token to be refused")
+	if !accepts("token-new-0123456789")() {
 		t.Fatal("the kept token is refused")
 	}
 
 	// A broken edit: the tokens stay, the log says why.
-	writeFile(t, path, "new token-new extra-field\n")
+	writeFile(t, path, "new token-new-0123456789 extra-field\n")
 	polltest.Eventually(t, 5*time.Second, func() bool { return strings.Contains(logs.String(), "admin token file rejected") },
 		"the broken file to be logged")
-	if !accepts("token-new")() {
+	if !accepts("token-new-0123456789")() {
 		t.Fatal("a broken edit dropped the tokens")
 	}
 	if !strings.Contains(logs.String(), "line 1: want TOKEN or NAME TOKEN, got 3 fields") {
 		t.Errorf("the log does not say what is wrong:\n%s", logs.String())
 	}
-	for _, secret := range []string{"token-old", "token-new", "extra-field"} {
+	for _, secret := range []string{"token-old-0123456789", "token-new-0123456789", "extra-field"} {
 		if strings.Contains(logs.String(), secret) {
 			t.Errorf("the log shows %q:\n%s", secret, logs.String())
 		}
@@ -193,7 +252,7 @@ func TestTokenFileReload(t *testing.T) {
 
 	// Emptied, the file accepts no token: the API stays on and refuses all.
 	writeFile(t, path, "# revoked\n")
-	polltest.Eventually(t, 5*time.Second, func() bool { return !accepts("token-new")() }, "the emptied file to revoke the token")
+	polltest.Eventually(t, 5*time.Second, func() bool { return !accepts("token-new-0123456789")() }, "the emptied file to revoke the token")
 	if !tokens.Enabled() {
 		t.Error("an emptied token file disabled the admin API")
 	}
@@ -209,7 +268,7 @@ func TestTokenFileKubernetesSecret(t *testing.T) {
 		}
 		writeFile(t, filepath.Join(dir, name, "tokens"), content)
 	}
-	mkVersion("..v1", "ops token-v1\n")
+	mkVersion("..v1", "ops token-v1-0123456789\n")
 	if err := os.Symlink("..v1", filepath.Join(dir, "..data")); err != nil {
 		t.Fatal(err)
 	}
@@ -221,16 +280,16 @@ func TestTokenFileKubernetesSecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	runTokens(t, tokens)
-	mkVersion("..v2", "ops token-v2\n")
+	mkVersion("..v2", "ops token-v2-0123456789\n")
 	if err := os.Symlink("..v2", filepath.Join(dir, "..data_tmp")); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
 		t.Fatal(err)
 	}
-	polltest.Eventually(t, 5*time.Second, func() bool { _, ok := tokens.Authenticate("token-v2"); return ok },
+	polltest.Eventually(t, 5*time.Second, func() bool { _, ok := tokens.Authenticate("token-v2-0123456789"); return ok },
 		"the swapped secret's token to be accepted")
-	if _, ok := tokens.Authenticate("token-v1"); ok {
+	if _, ok := tokens.Authenticate("token-v1-0123456789"); ok {
 		t.Error("the old secret's token is still accepted")
 	}
 }
