@@ -19,6 +19,11 @@
 //	POST   /v1/reset            the body of /v1/check: clear its counters
 //	GET    /v1/audit            the newest audit entries, ?limit=N
 //
+// A remote address whose calls were refused ten times is answered 429,
+// with Retry-After, until its refusals refill at one every 6 seconds,
+// whatever token it presents: guessing tokens is slow. Refused calls are
+// counted in tollgate_admin_refused_total by reason.
+//
 // Errors are JSON, {"error": "...", "status": "400"}, as /v1/check's are.
 // A delete or a reset may give its reason as ?reason=, which the audit
 // keeps.
@@ -31,12 +36,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/tollgatehq/tollgate/pkg/audit"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
@@ -93,6 +103,8 @@ type Options struct {
 	// Logger receives refused calls and failures, with the token's name
 	// and never the token. Nil discards.
 	Logger *slog.Logger
+	// MeterProvider gets tollgate_admin_refused_total; nil means a no-op.
+	MeterProvider metric.MeterProvider
 }
 
 // Handler serves the admin API.
@@ -108,7 +120,21 @@ type Handler struct {
 		loggedAt   time.Time
 		suppressed int
 	}
+	// throttle answers 429 to an address that spent its refused calls.
+	throttle throttle
+	// refusedTotal counts refused calls by reason.
+	refusedTotal metric.Int64Counter
 }
+
+// meterName is the instrumentation scope of the admin API's metrics.
+const meterName = "github.com/tollgatehq/tollgate/pkg/admin"
+
+// The reasons of tollgate_admin_refused_total.
+var (
+	refusedNoToken      = metric.WithAttributes(attribute.String("reason", "no_token"))
+	refusedUnknownToken = metric.WithAttributes(attribute.String("reason", "unknown_token"))
+	refusedThrottled    = metric.WithAttributes(attribute.String("reason", "throttled"))
+)
 
 // New returns the admin API's handler. It fails when a required option is
 // missing.
@@ -136,7 +162,16 @@ func New(opts Options) (*Handler, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	opts.Logger = opts.Logger.With("component", "admin")
+	if opts.MeterProvider == nil {
+		opts.MeterProvider = noop.NewMeterProvider()
+	}
 	h := &Handler{opts: opts, mux: http.NewServeMux()}
+	var err error
+	if h.refusedTotal, err = opts.MeterProvider.Meter(meterName).Int64Counter("tollgate.admin.refused",
+		metric.WithDescription("Admin calls refused, by reason: no bearer token, an unknown token, or too many refusals from the caller's address."),
+		metric.WithUnit("{call}")); err != nil {
+		return nil, err
+	}
 	h.handle("POST /v1/overrides", h.createOverride)
 	h.handle("GET /v1/overrides", h.listOverrides)
 	h.handle("GET /v1/overrides/{id}", h.getOverride)
@@ -151,8 +186,17 @@ func New(opts Options) (*Handler, error) {
 func (h *Handler) handle(pattern string, fn func(w http.ResponseWriter, r *http.Request, actor string)) {
 	h.routes = append(h.routes, pattern)
 	h.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		host, now := remoteHost(r), h.opts.Now()
+		if wait := h.throttle.wait(host, now); wait > 0 {
+			h.refusedTotal.Add(r.Context(), 1, refusedThrottled)
+			h.refused(r, "admin call refused: too many refused calls from its address")
+			w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(wait.Seconds())), 10))
+			httpapi.WriteError(w, http.StatusTooManyRequests, "too many refused admin calls from this address")
+			return
+		}
 		actor, ok := h.authenticate(r)
 		if !ok {
+			h.throttle.refused(host, now)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate"`)
 			httpapi.WriteError(w, http.StatusUnauthorized, "a valid admin bearer token is required")
 			return
@@ -171,11 +215,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.Serv
 func (h *Handler) authenticate(r *http.Request) (string, bool) {
 	scheme, presented, found := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !found || !strings.EqualFold(scheme, "Bearer") {
+		h.refusedTotal.Add(r.Context(), 1, refusedNoToken)
 		h.refused(r, "admin call without a bearer token refused")
 		return "", false
 	}
 	name, ok := h.opts.Tokens.Authenticate(strings.TrimSpace(presented))
 	if !ok {
+		h.refusedTotal.Add(r.Context(), 1, refusedUnknownToken)
 		h.refused(r, "admin call with an unknown token refused")
 	}
 	return name, ok

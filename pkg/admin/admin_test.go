@@ -2,6 +2,7 @@ package admin_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/internal/logtest"
+	"github.com/tollgatehq/tollgate/internal/metrictest"
 	"github.com/tollgatehq/tollgate/pkg/admin"
 	"github.com/tollgatehq/tollgate/pkg/audit"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
@@ -58,6 +60,8 @@ type server struct {
 	logs, auditLines *logtest.Buffer
 	// at is the time every part reads, now unless a test moves it.
 	at time.Time
+	// metric reads the admin API's metrics.
+	metric func(name string) int64
 }
 
 func newServer(t *testing.T) *server {
@@ -99,8 +103,11 @@ func newServer(t *testing.T) *server {
 		t.Fatal(err)
 	}
 	srv.audit = audit.New(audit.Options{Logger: slog.New(slog.NewJSONHandler(srv.auditLines, nil)), Now: clock})
+	meters, metric := metrictest.New(t)
+	srv.metric = metric
 	adm, err := admin.New(admin.Options{
 		Tokens: tokens, Overrides: registry, Limiter: lim, Resetter: lim, Audit: srv.audit, Now: clock, Logger: logger,
+		MeterProvider: meters,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -163,10 +170,49 @@ func TestDisabledAdminAnswers404(t *testing.T) {
 	}
 }
 
+// TestThrottle refuses calls from one address until they pass the
+// throttle's burst: then every call from it, a valid token's too, is
+// answered 429 with Retry-After until a refusal refills, while another
+// address is served; each refusal is counted by reason.
+func TestThrottle(t *testing.T) {
+	s := newServer(t)
+	call := func(addr, token string) *httptest.ResponseRecorder {
+		t.Helper()
+		req := httptest.NewRequest(http.MethodGet, "/v1/overrides", nil)
+		req.RemoteAddr = addr + ":40000"
+		req.Header.Set("Authorization", "Bearer "+token)
+		rec := httptest.NewRecorder()
+		s.h.ServeHTTP(rec, req)
+		return rec
+	}
+	const guesser, operator = "198.51.100.7", "198.51.100.8"
+	for i := range 10 {
+		if rec := call(guesser, fmt.Sprintf("guess-%d", i)); rec.Code != http.StatusUnauthorized {
+			t.Fatalf("guess %d: %d, want 401", i, rec.Code)
+		}
+	}
+	for _, token := range []string{"guess-10", aliceToken} {
+		rec := call(guesser, token)
+		if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "6" {
+			t.Errorf("after 10 refusals, a call with %q: %d, Retry-After %q; want 429, 6", token, rec.Code, rec.Header().Get("Retry-After"))
+		}
+	}
+	if rec := call(operator, aliceToken); rec.Code != http.StatusOK {
+		t.Errorf("another address: %d, want 200", rec.Code)
+	}
+	s.at = s.at.Add(6 * time.Second)
+	if rec := call(guesser, aliceToken); rec.Code != http.StatusOK {
+		t.Errorf("a valid token once a refusal refilled: %d, want 200", rec.Code)
+	}
+	if got := s.metric("tollgate.admin.refused"); got != 12 {
+		t.Errorf("tollgate.admin.refused = %d, want 12 (10 unknown tokens, 2 throttled)", got)
+	}
+}
+
 func TestAuthentication(t *testing.T) {
 	s := newServer(t)
 	refused := errorJSON(http.StatusUnauthorized, "a valid admin bearer token is required")
-	for _, tc := range []struct {
+	for i, tc := range []struct {
 		name          string
 		authorization string // "-" for no header
 		want          int
@@ -185,6 +231,9 @@ func TestAuthentication(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, r := range routes {
 				req := httptest.NewRequest(r.method, r.target, strings.NewReader(r.body))
+				// Each case from an address of its own, whose refusals
+				// the throttle has not spent (TestThrottle).
+				req.RemoteAddr = fmt.Sprintf("192.0.2.%d:1234", i+1)
 				if tc.authorization != "-" {
 					req.Header.Set("Authorization", tc.authorization)
 				}

@@ -46,12 +46,13 @@ func (a *App) newAdminAPI() (httpapi.Routed, error) {
 		return nil, nil
 	}
 	h, err := admin.New(admin.Options{
-		Tokens:    a.tokens,
-		Overrides: a.overrides,
-		Limiter:   a.limiter,
-		Resetter:  a.limiter,
-		Audit:     a.audit,
-		Logger:    a.logger,
+		Tokens:        a.tokens,
+		Overrides:     a.overrides,
+		Limiter:       a.limiter,
+		Resetter:      a.limiter,
+		Audit:         a.audit,
+		Logger:        a.logger,
+		MeterProvider: a.telemetry.MeterProvider(),
 	})
 	if err != nil {
 		return nil, err
