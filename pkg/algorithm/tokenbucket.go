@@ -48,10 +48,10 @@ import "math"
 // With ChargeAlways a bucket can go into debt, K < 0:
 //
 //   - A cost n ≥ 1 that does not fit (n > a) is charged as
-//     K' = min(K − min(need(n), K + MaxDebt), −1), so the debt stops at
-//     MaxDebt and is at least 1 µs (need rounds, and above one token per
-//     µs need(C+1) may equal τ), and rejected with RetryAfter −K', the time
-//     until the debt is repaid.
+//     K' = min(K − min(need(n), K + D), −1), where D = min(DebtPeriods ·
+//     Period, MaxDebt), so the debt stops at D and is at least 1 µs (need
+//     rounds, and above one token per µs need(C+1) may equal τ), and
+//     rejected with RetryAfter −K', the time until the debt is repaid.
 //   - A check (cost 0) is admitted iff K ≥ 0, else waits −K.
 //   - A refund of m in debt adds min(need(m), τ − K) credit, so it repays
 //     debt first, then refills at most to full.
@@ -96,7 +96,7 @@ func applyTokenBucket(l Limit, s State, now, cost int64) (State, Verdict) {
 		}
 		return s, v
 	case always && cost > a:
-		k2 = min(k-b.needUpTo(float64(cost), max(0, k+MaxDebt)), -1)
+		k2 = min(k-b.needUpTo(float64(cost), max(0, k+min(DebtPeriods*b.period, MaxDebt))), -1)
 		v.Remaining = b.remaining(k2)
 		v.ResetAfter = micros(tau - k2)
 		v.RetryAfter = micros(max(0, -k2))

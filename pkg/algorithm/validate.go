@@ -25,9 +25,14 @@ const (
 	// take it past its limit: about 4.5·10^15, so a count plus any cost Lua
 	// compares it with stays exact in a double.
 	MaxCount = 1 << 52
-	// MaxDebt is the deepest a token bucket's debt goes, in µs of refill:
-	// MaxPeriod, so a theoretical arrival time stays below 2^53 µs.
+	// MaxDebt is the deepest a token bucket's debt goes, in µs of refill,
+	// whatever its period: MaxPeriod, so a theoretical arrival time stays
+	// below 2^53 µs.
 	MaxDebt = MaxPeriod
+	// DebtPeriods is how many of its periods a token bucket's debt may
+	// last at most (up to MaxDebt): one always-charged report, however
+	// large, locks a client out for ten periods of its limit at most.
+	DebtPeriods = 10
 )
 
 // Validate reports whether l is within the bounds the algorithms rely on:

@@ -462,21 +462,43 @@ func chargeAlwaysVectors() []Vector {
 			},
 		},
 		{
-			// 2 000 000 tokens against 100 000 an hour: 19 hours of debt.
-			Name: "token_bucket/charge_always_two_million_tokens", Limit: tokenBucket(100_000, 0, time.Hour), Start: Start,
+			// 900 000 tokens against 100 000 an hour: 8 hours of debt.
+			Name: "token_bucket/charge_always_nine_hundred_thousand_tokens", Limit: tokenBucket(100_000, 0, time.Hour), Start: Start,
 			Steps: []Step{
-				always(0, 2_000_000, no(100_000, 0, 20*time.Hour, 19*time.Hour)),
-				always(0, 0, no(100_000, 0, 20*time.Hour, 19*time.Hour)),
+				always(0, 900_000, no(100_000, 0, 9*time.Hour, 8*time.Hour)),
+				always(0, 0, no(100_000, 0, 9*time.Hour, 8*time.Hour)),
 			},
 		},
 		{
-			// The debt stops at algorithm.MaxDebt, and a refund repays it.
+			// 2 000 000 tokens against 100 000 an hour would be 19 hours
+			// of debt: it stops at algorithm.DebtPeriods periods, so that
+			// one report cannot lock a client out for longer.
+			Name: "token_bucket/charge_always_two_million_tokens", Limit: tokenBucket(100_000, 0, time.Hour), Start: Start,
+			Steps: []Step{
+				always(0, 2_000_000, no(100_000, 0, 11*time.Hour, 10*time.Hour)),
+				always(0, 0, no(100_000, 0, 11*time.Hour, 10*time.Hour)),
+				// Time repays it: after 10 hours the bucket is empty, no
+				// longer in debt.
+				always(10*time.Hour, 0, ok(100_000, 0, time.Hour)),
+			},
+		},
+		{
+			// The debt stops at ten periods whatever the cost, and a
+			// refund repays it.
 			Name: "token_bucket/charge_always_max_debt", Limit: tokenBucket(1, 0, sec), Start: Start,
 			Steps: []Step{
-				always(0, 2_000_000_000, no(1, 0, sec+maxDebt, maxDebt)),
-				always(0, 1, no(1, 0, sec+maxDebt, maxDebt)),
-				always(0, 1<<62, no(1, 0, sec+maxDebt, maxDebt)),
-				step(0, -1, ok(1, 0, maxDebt)),
+				always(0, 2_000_000_000, no(1, 0, 11*sec, 10*sec)),
+				always(0, 1, no(1, 0, 11*sec, 10*sec)),
+				always(0, 1<<62, no(1, 0, 11*sec, 10*sec)),
+				step(0, -1, ok(1, 0, 10*sec)),
+			},
+		},
+		{
+			// The longest period: ten of them would pass
+			// algorithm.MaxDebt, where the debt stops.
+			Name: "token_bucket/charge_always_max_debt_longest_period", Limit: tokenBucket(1, 0, algorithm.MaxPeriod*us), Start: Start,
+			Steps: []Step{
+				always(0, 100, no(1, 0, algorithm.MaxPeriod*us+maxDebt, maxDebt)),
 			},
 		},
 		{

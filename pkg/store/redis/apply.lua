@@ -101,9 +101,10 @@ local floor, ceil, min, max, fmod, format, sunpack, spack
 -- is refused like an invalid limit.
 local MAX_LOG_REQUESTS = 10000
 
--- MAX_COUNT is algorithm.MaxCount, where a window's count saturates, and
--- MAX_DEBT algorithm.MaxDebt, the deepest a token bucket's debt goes in µs.
-local MAX_COUNT, MAX_DEBT = 4503599627370496, 1125899906842624
+-- MAX_COUNT is algorithm.MaxCount, where a window's count saturates,
+-- MAX_DEBT algorithm.MaxDebt, the deepest a token bucket's debt goes in µs,
+-- and DEBT_PERIODS algorithm.DebtPeriods, how many periods it may last.
+local MAX_COUNT, MAX_DEBT, DEBT_PERIODS = 4503599627370496, 1125899906842624, 10
 
 -- HIT is the struct format of one hit of argv[3], HIT_SIZE its length;
 -- RESULT1 the format of one hit's results.
@@ -173,8 +174,10 @@ local function tokenBucket(r, burst, p, cost, tat, always)
     end
     return nil, 0, bucketRemaining(k, cap, r, p), tau - k, ceil(p / r) - k, cap
   elseif always and cost > a then
-    -- min(k − needUpTo(cost, max(0, k + MaxDebt)), −1)
-    local most = k + MAX_DEBT
+    -- min(k − needUpTo(cost, max(0, k + min(DebtPeriods·p, MaxDebt))), −1)
+    local debt = DEBT_PERIODS * p
+    if debt > MAX_DEBT then debt = MAX_DEBT end
+    local most = k + debt
     if most < 0 then most = 0 end
     local f = ceil(cost * p / r)
     if f < most then k2 = k - f else k2 = k - most end

@@ -258,8 +258,9 @@ func Vectors() []Vector {
 					{Key: "swc", Limit: slidingCounter(10, sec), Cost: 2_000_000, Always: true},
 					{Key: "swl", Limit: slidingLog(10, sec), Cost: 2_000_000, Always: true},
 				}, Want: []algorithm.Verdict{
-					// 2·10^11 µs of refill, 10^6 of them in the bucket.
-					no(10, 0, 200_000*sec, 199_999*sec),
+					// 2·10^11 µs of refill would be 199 999 s of debt:
+					// it stops at ten periods (algorithm.DebtPeriods).
+					no(10, 0, 11*sec, 10*sec),
 					no(10, 0, sec, sec),
 					// The next window's estimate ⌈2·10^6·(1 s − x)/1 s⌉ is
 					// 10 from x = 999 995 µs.
@@ -273,10 +274,11 @@ func Vectors() []Vector {
 					{Key: "swc", Limit: slidingCounter(10, sec), Cost: 0, Always: true},
 					{Key: "swl", Limit: slidingLog(10, sec), Cost: 0, Always: true},
 				}, Want: []algorithm.Verdict{
-					no(10, 0, 200_000*sec, 199_999*sec), no(10, 0, sec, sec), no(10, 0, 2*sec, 1_999_995*us), no(10, 0, sec, sec),
+					no(10, 0, 11*sec, 10*sec), no(10, 0, sec, sec), no(10, 0, 2*sec, 1_999_995*us), no(10, 0, sec, sec),
 				}},
 				{Hits: []Hit{
-					{Key: "tb", Limit: tokenBucket(10, 0, sec), Cost: -1_999_990},
+					// The bucket's debt is 10 s, 100 tokens.
+					{Key: "tb", Limit: tokenBucket(10, 0, sec), Cost: -100},
 					{Key: "fw", Limit: fixedWindow(10, sec), Cost: -1_999_990},
 					{Key: "swc", Limit: slidingCounter(10, sec), Cost: -1_999_990},
 					{Key: "swl", Limit: slidingLog(10, sec), Cost: -1},
