@@ -283,32 +283,46 @@ func (g *glob) match(s string) bool {
 // Overrides are validated with it; it walks the tree, so it is not for
 // requests.
 func (d *Domain) Counts(prefix []Entry) bool {
-	n := d.walk(prefix)
-	return n != nil && n.counts()
+	counts := false
+	d.EachCounted(prefix, func(*Rule) bool {
+		counts = true
+		return false
+	})
+	return counts
 }
 
-// counts reports whether n or a node below it has a rule with limits.
-func (n *node) counts() bool {
-	if n.rule != nil && len(n.rule.Limits) > 0 {
-		return true
+// EachCounted calls fn with every rule with limits at the node prefix
+// resolves to or below it, until fn returns false: the rules an override
+// of prefix covers.
+func (d *Domain) EachCounted(prefix []Entry, fn func(*Rule) bool) {
+	if n := d.walk(prefix); n != nil {
+		n.eachCounted(fn)
+	}
+}
+
+// eachCounted is EachCounted from n, and reports whether fn asked for
+// more.
+func (n *node) eachCounted(fn func(*Rule) bool) bool {
+	if n.rule != nil && len(n.rule.Limits) > 0 && !fn(n.rule) {
+		return false
 	}
 	if n.children == nil {
-		return false
+		return true
 	}
 	for _, g := range n.children.groups {
 		for _, c := range g.exact {
-			if c.node.counts() {
-				return true
+			if !c.node.eachCounted(fn) {
+				return false
 			}
 		}
 		for _, c := range g.wild {
-			if c.node.counts() {
-				return true
+			if !c.node.eachCounted(fn) {
+				return false
 			}
 		}
-		if g.deflt != nil && g.deflt.counts() {
-			return true
+		if g.deflt != nil && !g.deflt.eachCounted(fn) {
+			return false
 		}
 	}
-	return false
+	return true
 }

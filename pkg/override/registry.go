@@ -401,10 +401,29 @@ func (r *Registry) validate(o *Override, now time.Time) error {
 	case o.Limit == nil && !(o.Multiplier > 0 && !math.IsInf(o.Multiplier, 1)):
 		return invalid("multiplier %v: must be positive", o.Multiplier)
 	}
+	lv := &Live{Override: *o}
 	if o.Limit != nil {
-		if _, err := descriptor.ParseUnit(o.Limit.Unit); err != nil {
+		u, err := descriptor.ParseUnit(o.Limit.Unit)
+		if err != nil {
 			return invalid("limit: %v", err)
 		}
+		lv.unit = u
+	}
+	// Every limit the override would give a rule it covers must be one
+	// the algorithms take, as the rule's own are: a sliding-window log
+	// multiplied past its bound would reject every request.
+	var bad error
+	dom.EachCounted(o.Entries, func(rule *descriptor.Rule) bool {
+		for _, l := range lv.apply(rule.Limits) {
+			if err := l.Algo().Validate(); err != nil {
+				bad = fmt.Errorf("rule %s: %w", rule.Path, err)
+				return false
+			}
+		}
+		return true
+	})
+	if bad != nil {
+		return invalid("the limit it would give %v", bad)
 	}
 	switch {
 	case o.ExpiresAt.IsZero():

@@ -31,6 +31,8 @@ descriptors:
     rate_limit: {unlimited: true}
   - key: banned
     action: deny
+  - key: log
+    rate_limit: {unit: minute, requests_per_unit: 5000, algorithm: sliding_window_log}
 `
 
 func tree(t *testing.T) *descriptor.Tree {
@@ -115,6 +117,13 @@ func TestCreateRefuses(t *testing.T) {
 		{"no expiry", func(o *override.Override) { o.ExpiresAt = time.Time{} }, "no expiry"},
 		{"expired", func(o *override.Override) { o.ExpiresAt = t0 }, "expiry 2026-03-01T12:00:00Z is in the past"},
 		{"too far", func(o *override.Override) { o.ExpiresAt = t0.Add(49 * time.Hour) }, "expiry 2026-03-03T13:00:00Z is more than the maximum 48h0m0s away"},
+		// A sliding-window log of 5000 a minute multiplied past the
+		// log's bound of 10 000 would reject every request.
+		{"log multiplied past its bound", func(o *override.Override) { o.Entries, o.Multiplier = entries("log=k"), 3 },
+			"the limit it would give rule log: requests 15000 outside [0, 10000] for sliding_window_log"},
+		{"log limit past its bound", func(o *override.Override) {
+			o.Entries, o.Multiplier, o.Limit = entries("log=k"), 0, &override.Limit{RequestsPerUnit: 20000, Unit: "minute"}
+		}, "the limit it would give rule log: requests 20000 outside [0, 10000] for sliding_window_log"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -128,6 +137,10 @@ func TestCreateRefuses(t *testing.T) {
 	}
 	if r.Current() != nil {
 		t.Fatal("a refused override is live")
+	}
+	// Up to the bound, the log's override is taken.
+	if _, err := r.Create(context.Background(), override.Override{Domain: "api", Entries: entries("log=k"), Multiplier: 2, ExpiresAt: t0.Add(time.Hour)}); err != nil {
+		t.Errorf("an override that takes the log to its bound: %v", err)
 	}
 }
 
