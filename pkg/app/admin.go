@@ -2,10 +2,11 @@ package app
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
+
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/tollgatehq/tollgate/pkg/admin"
 	"github.com/tollgatehq/tollgate/pkg/audit"
@@ -18,14 +19,31 @@ import (
 func (a *App) newAudit() (*audit.Log, error) {
 	var w io.Writer = os.Stderr
 	if path := a.settings.Admin.AuditLog; path != "" {
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		f, err := audit.OpenFile(path)
 		if err != nil {
-			return nil, fmt.Errorf("opening the audit log: %w", err)
+			return nil, err
 		}
 		a.closers = append(a.closers, f.Close)
+		a.auditFile = f
 		w = f
 	}
 	return audit.New(audit.Options{Logger: slog.New(slog.NewJSONHandler(w, nil))}), nil
+}
+
+// auditMetrics registers tollgate_audit_write_failures_total, the writes
+// to the audit file that failed, with the audit file.
+func (a *App) auditMetrics(meters metric.MeterProvider) error {
+	if a.auditFile == nil {
+		return nil
+	}
+	_, err := meters.Meter(meterName).Int64ObservableCounter("tollgate.audit.write_failures",
+		metric.WithDescription("Writes to the audit log file that failed: entries lost from the file (GET /v1/audit still has them)."),
+		metric.WithUnit("{write}"),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(a.auditFile.Failures())
+			return nil
+		}))
+	return err
 }
 
 // newTokens returns the admin tokens the settings configure, which may be

@@ -36,6 +36,9 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/xds"
 )
 
+// meterName is the instrumentation scope of the app's own metrics.
+const meterName = "github.com/tollgatehq/tollgate/pkg/app"
+
 // shutdownGrace bounds how long in-flight calls may take after a stop.
 const shutdownGrace = 5 * time.Second
 
@@ -78,6 +81,9 @@ type App struct {
 	// the audit last saw, which only treeChanged touches after build.
 	audit       *audit.Log
 	auditedTree *descriptor.Tree
+	// auditFile is the audit log's file (--audit-log), reopened with every
+	// forced reload; nil when the audit goes to stderr.
+	auditFile *audit.File
 	// tokens authenticate the admin API; it is off unless they are
 	// Enabled.
 	tokens *admin.Tokens
@@ -128,6 +134,9 @@ func (a *App) build(ctx context.Context) error {
 		return err
 	}
 	meters := a.telemetry.MeterProvider()
+	if err := a.auditMetrics(meters); err != nil {
+		return err
+	}
 	var tracer trace.TracerProvider // nil while tracing is off: no spans, no cost
 	if a.telemetry.Tracing() {
 		tracer = a.telemetry.TracerProvider()
@@ -395,7 +404,8 @@ func (a *App) Run(ctx context.Context) error {
 }
 
 // forceReloads turns every receive from the reload channel into a forced
-// reload until ctx ends.
+// reload, and opens the audit file again (after a log rotation), until ctx
+// ends.
 func (a *App) forceReloads(ctx context.Context) {
 	for {
 		select {
@@ -403,6 +413,12 @@ func (a *App) forceReloads(ctx context.Context) {
 			return
 		case <-a.reload:
 			a.reloader.Trigger()
+			if a.auditFile == nil {
+				continue
+			}
+			if err := a.auditFile.Reopen(); err != nil {
+				a.logger.Warn("reopening the audit log; entries go to the file open before", "error", err)
+			}
 		}
 	}
 }
