@@ -44,7 +44,7 @@ func (a *App) newOverrides(ctx context.Context, meters metric.MeterProvider) err
 		}
 		opts.Backend = backend
 	} else {
-		backend, err := overrideredis.New(overrideredis.Options{Client: a.store.client, KeyPrefix: s.Redis.KeyPrefix})
+		backend, err := overrideredis.New(overrideredis.Options{Client: a.store.client, KeyPrefix: s.Redis.KeyPrefix, Logger: a.logger})
 		if err != nil {
 			return err
 		}

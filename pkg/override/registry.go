@@ -117,6 +117,9 @@ type Registry struct {
 	set  atomic.Pointer[Set]
 	mu   sync.Mutex // serializes refreshes
 	kick chan struct{}
+	// skipped holds the ids of the stored overrides the last refresh
+	// skipped, so that each is logged once; r.mu guards it.
+	skipped map[string]bool
 }
 
 // NewRegistry returns a Registry with an empty snapshot; call Refresh (or
@@ -244,7 +247,7 @@ func (r *Registry) List(ctx context.Context, domain string) ([]Override, error) 
 	now := r.now()
 	out := make([]Override, 0, len(all))
 	for _, o := range all {
-		if now.Before(o.ExpiresAt) && (domain == "" || o.Domain == domain) {
+		if now.Before(o.ExpiresAt) && (domain == "" || o.Domain == domain) && r.checkStored(&o, now) == nil {
 			out = append(out, o)
 		}
 	}
@@ -303,11 +306,23 @@ func (r *Registry) Refresh(ctx context.Context) error {
 func (r *Registry) swap(ctx context.Context, all []Override) {
 	now := r.now()
 	live := make([]Override, 0, len(all))
+	skipped := make(map[string]bool)
 	for _, o := range all {
-		if now.Before(o.ExpiresAt) {
-			live = append(live, o)
+		if !now.Before(o.ExpiresAt) {
+			continue
 		}
+		if err := r.checkStored(&o, now); err != nil {
+			// Another instance, or anyone who can write to Redis, wrote
+			// it: it is skipped, and said once.
+			skipped[o.ID] = true
+			if !r.skipped[o.ID] {
+				r.log.LogAttrs(ctx, slog.LevelWarn, "stored override skipped", slog.String("id", o.ID), slog.Any("error", err))
+			}
+			continue
+		}
+		live = append(live, o)
 	}
+	r.skipped = skipped
 	old := r.set.Load()
 	next := NewSet(live)
 	r.set.Store(next)
@@ -376,38 +391,22 @@ func (r *Registry) validate(o *Override, now time.Time) error {
 	invalid := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 	}
-	dom := r.tree().Domain(o.Domain)
-	switch {
-	case o.Domain == "":
+	if o.Domain == "" {
 		return invalid("no domain")
-	case dom == nil:
-		return invalid("unknown domain %q", o.Domain)
-	case len(o.Entries) == 0:
-		return invalid("no entries")
 	}
-	for i, e := range o.Entries {
-		if e.Key == "" {
-			return invalid("entries[%d]: empty key", i)
-		}
+	dom := r.tree().Domain(o.Domain)
+	if dom == nil {
+		return invalid("unknown domain %q", o.Domain)
+	}
+	if err := checkShape(o); err != nil {
+		return err
 	}
 	if !dom.Counts(o.Entries) {
 		return invalid("entries %s resolve to no rule with a limit in domain %q", formatEntries(o.Entries), o.Domain)
 	}
-	switch {
-	case o.Limit != nil && o.Multiplier != 0:
-		return invalid("both limit and multiplier; set one")
-	case o.Limit == nil && o.Multiplier == 0:
-		return invalid("neither limit nor multiplier; set one")
-	case o.Limit == nil && !(o.Multiplier > 0 && !math.IsInf(o.Multiplier, 1)):
-		return invalid("multiplier %v: must be positive", o.Multiplier)
-	}
 	lv := &Live{Override: *o}
 	if o.Limit != nil {
-		u, err := descriptor.ParseUnit(o.Limit.Unit)
-		if err != nil {
-			return invalid("limit: %v", err)
-		}
-		lv.unit = u
+		lv.unit, _ = descriptor.ParseUnit(o.Limit.Unit) // checkShape parsed it
 	}
 	// Every limit the override would give a rule it covers must be one
 	// the algorithms take, as the rule's own are: a sliding-window log
@@ -432,6 +431,55 @@ func (r *Registry) validate(o *Override, now time.Time) error {
 		return invalid("expiry %s is in the past", o.ExpiresAt.Format(time.RFC3339))
 	case o.ExpiresAt.Sub(now) > r.maxTTL:
 		return invalid("expiry %s is more than the maximum %v away", o.ExpiresAt.Format(time.RFC3339), r.maxTTL)
+	}
+	return nil
+}
+
+// checkShape reports what makes o unusable whatever the rules: no
+// entries or an empty key, not exactly one of a limit (with a known unit)
+// and a positive multiplier. Overrides read from the backend are held to
+// it too, since another instance (or anyone with write access to Redis)
+// may have written them.
+func checkShape(o *Override) error {
+	invalid := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+	}
+	if len(o.Entries) == 0 {
+		return invalid("no entries")
+	}
+	for i, e := range o.Entries {
+		if e.Key == "" {
+			return invalid("entries[%d]: empty key", i)
+		}
+	}
+	switch {
+	case o.Limit != nil && o.Multiplier != 0:
+		return invalid("both limit and multiplier; set one")
+	case o.Limit == nil && o.Multiplier == 0:
+		return invalid("neither limit nor multiplier; set one")
+	case o.Limit == nil && !(o.Multiplier > 0 && !math.IsInf(o.Multiplier, 1)):
+		return invalid("multiplier %v: must be positive", o.Multiplier)
+	}
+	if o.Limit != nil {
+		if _, err := descriptor.ParseUnit(o.Limit.Unit); err != nil {
+			return invalid("limit: %v", err)
+		}
+	}
+	return nil
+}
+
+// checkStored reports what makes an override read from the backend
+// unusable: checkShape's faults, no domain, or an expiry further than
+// MaxTTL.
+func (r *Registry) checkStored(o *Override, now time.Time) error {
+	if o.Domain == "" {
+		return fmt.Errorf("%w: no domain", ErrInvalid)
+	}
+	if err := checkShape(o); err != nil {
+		return err
+	}
+	if o.ExpiresAt.Sub(now) > r.maxTTL {
+		return fmt.Errorf("%w: expiry %s is more than the maximum %v away", ErrInvalid, o.ExpiresAt.Format(time.RFC3339), r.maxTTL)
 	}
 	return nil
 }

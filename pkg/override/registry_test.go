@@ -232,3 +232,43 @@ func TestRegistryLifecycle(t *testing.T) {
 		}
 	}
 }
+
+// TestStoredOverridesChecked writes overrides the registry would refuse
+// straight into its backend, as another instance or anyone with write
+// access to Redis could: they are skipped, logged once each, and not
+// listed, while a good one beside them is live.
+func TestStoredOverridesChecked(t *testing.T) {
+	dir := t.TempDir()
+	backend, err := statefile.Open(dir, statefile.Options{Now: func() time.Time { return t0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := override.Override{ID: "good", Domain: "api", Entries: entries("tenant=acme"), Multiplier: 2, ExpiresAt: t0.Add(time.Hour), CreatedAt: t0}
+	negative, tooLong := good, good
+	negative.ID, negative.Multiplier = "negative", -3
+	tooLong.ID, tooLong.ExpiresAt = "too-long", t0.Add(1000*time.Hour)
+	for _, o := range []override.Override{good, negative, tooLong} {
+		if err := backend.Put(context.Background(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := newRegistry(t, dir) // reads the backend once
+	if err := r.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if all := r.Current().All(); len(all) != 1 || all[0].ID != "good" {
+		t.Errorf("live overrides %+v, want good alone", all)
+	}
+	listed, err := r.List(context.Background(), "")
+	if err != nil || len(listed) != 1 || listed[0].ID != "good" {
+		t.Errorf("List = %+v, %v; want good alone", listed, err)
+	}
+	for _, want := range []string{
+		`msg="stored override skipped" component=overrides id=negative error="invalid override: multiplier -3: must be positive"`,
+		`msg="stored override skipped" component=overrides id=too-long error="invalid override: expiry 2026-04-12T04:00:00Z is more than the maximum 48h0m0s away"`,
+	} {
+		if n := strings.Count(r.logs.String(), want); n != 1 {
+			t.Errorf("%d lines %s, want 1 over two refreshes:\n%s", n, want, r.logs)
+		}
+	}
+}

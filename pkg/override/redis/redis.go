@@ -23,6 +23,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -42,6 +43,9 @@ type Options struct {
 	KeyPrefix string
 	// Now is the clock TTLs are computed with; nil means time.Now.
 	Now func() time.Time
+	// Logger gets a line for each record that does not decode, which Load
+	// skips; nil discards.
+	Logger *slog.Logger
 }
 
 // Store is an override.Backend in Redis. It is safe for concurrent use.
@@ -50,6 +54,7 @@ type Store struct {
 	prefix string // prefix and tag
 	ids    string
 	now    func() time.Time
+	log    *slog.Logger
 }
 
 var _ override.Backend = (*Store)(nil)
@@ -69,6 +74,10 @@ func New(opts Options) (*Store, error) {
 	s := &Store{client: opts.Client, prefix: p + tag, ids: p + tag + "ids", now: opts.Now}
 	if s.now == nil {
 		s.now = time.Now
+	}
+	s.log = opts.Logger
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
 	}
 	return s, nil
 }
@@ -150,7 +159,9 @@ func (s *Store) Load(ctx context.Context) ([]override.Override, error) {
 		}
 		var o override.Override
 		if err := json.Unmarshal([]byte(str), &o); err != nil {
-			return nil, fmt.Errorf("decoding override %s: %w", ids.Val()[i], err)
+			// One bad record must not hide every other override.
+			s.log.Warn("override record in redis does not decode; skipped", "id", ids.Val()[i], "error", err)
+			continue
 		}
 		out = append(out, o)
 	}

@@ -3,12 +3,15 @@ package redis_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/tollgatehq/tollgate/internal/logtest"
 	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/override"
@@ -77,5 +80,40 @@ func TestStore(t *testing.T) {
 				t.Fatalf("Put of an expired override = %v, want %v", err, override.ErrInvalid)
 			}
 		})
+	}
+}
+
+// TestLoadSkipsBadRecords writes a record that does not decode beside a
+// good one: Load returns the good one and logs the bad one's id, rather
+// than failing every read of the overrides.
+func TestLoadSkipsBadRecords(t *testing.T) {
+	client := goredis.NewClient(&goredis.Options{Addr: redistest.StartStandalone(t).Addr})
+	t.Cleanup(func() { _ = client.Close() })
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	var logs logtest.Buffer
+	s, err := overrideredis.New(overrideredis.Options{Client: client, KeyPrefix: "x", Now: func() time.Time { return now },
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	good := override.Override{ID: "good", Domain: "api", Entries: []descriptor.Entry{{Key: "k", Value: "v"}},
+		Multiplier: 2, ExpiresAt: now.Add(time.Hour), CreatedAt: now}
+	bad := good
+	bad.ID = "bad"
+	for _, o := range []override.Override{good, bad} {
+		if err := s.Put(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := client.Set(ctx, "x{%overrides}o:bad", `{"id":"bad","multiplier":"two"`, time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Load(ctx)
+	if err != nil || !reflect.DeepEqual(got, []override.Override{good}) {
+		t.Fatalf("Load = %+v, %v; want the good override alone", got, err)
+	}
+	if !strings.Contains(logs.String(), "override record in redis does not decode; skipped") || !strings.Contains(logs.String(), "id=bad") {
+		t.Errorf("the bad record is not logged:\n%s", logs.String())
 	}
 }
