@@ -39,6 +39,10 @@ import (
 // shutdownGrace bounds how long in-flight calls may take after a stop.
 const shutdownGrace = 5 * time.Second
 
+// debugIdleTimeout bounds how long a kept-alive connection to the debug
+// server waits for its next request.
+const debugIdleTimeout = time.Minute
+
 // streamWorkers is the number of goroutines kept to serve gRPC calls.
 const streamWorkers = 256
 
@@ -199,6 +203,7 @@ func (a *App) build(ctx context.Context) error {
 		// beyond them grpc starts goroutines as before.
 		grpc.NumStreamWorkers(streamWorkers),
 	}
+	grpcOpts = append(grpcOpts, s.Conns.grpcOptions()...)
 	if s.GRPCTLS.Cert != "" {
 		files, err := tlsfiles.New(tlsfiles.Options{
 			CertFile: s.GRPCTLS.Cert, KeyFile: s.GRPCTLS.Key, ClientCAFile: s.GRPCTLS.ClientCA, ClientSAN: s.GRPCTLS.ClientSAN,
@@ -218,21 +223,23 @@ func (a *App) build(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.http = &http.Server{
-		Handler: httpapi.New(httpapi.Options{
-			Limiter:     lim,
-			JSON:        a.rls.JSONHandler(),
-			Metrics:     a.telemetry.Handler(),
-			Ready:       a.ready,
-			Degraded:    a.degraded,
-			Admin:       adminAPI,
-			MaxBodySize: 1 << 20,
-			Logger:      a.logger,
-		}),
-		ReadHeaderTimeout: 5 * time.Second,
-	}
+	a.http = s.Conns.httpServer(httpapi.New(httpapi.Options{
+		Limiter:     lim,
+		JSON:        a.rls.JSONHandler(),
+		Metrics:     a.telemetry.Handler(),
+		Ready:       a.ready,
+		Degraded:    a.degraded,
+		Admin:       adminAPI,
+		MaxBodySize: 1 << 20,
+		Logger:      a.logger,
+	}))
 	if s.Listen.Debug != "" {
-		a.debug = &http.Server{Handler: a.debugHandler(), ReadHeaderTimeout: 5 * time.Second}
+		// No read or write timeout: a CPU profile or an execution trace
+		// streams for as many seconds as its caller asks (30 by default),
+		// and a read deadline would cancel its request's context and so
+		// cut it short. The listener is the operators', on loopback
+		// unless they choose otherwise.
+		a.debug = &http.Server{Handler: a.debugHandler(), ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: debugIdleTimeout}
 	}
 
 	if a.grpcLis, err = net.Listen("tcp", s.Listen.GRPC); err != nil {
@@ -241,6 +248,7 @@ func (a *App) build(ctx context.Context) error {
 	if a.httpLis, err = net.Listen("tcp", s.Listen.HTTP); err != nil {
 		return fmt.Errorf("listening for HTTP: %w", err)
 	}
+	a.httpLis = s.Conns.httpListener(a.httpLis)
 	if a.debug != nil {
 		if a.debugLis, err = net.Listen("tcp", s.Listen.Debug); err != nil {
 			return fmt.Errorf("listening for debug: %w", err)
