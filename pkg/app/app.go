@@ -39,10 +39,6 @@ import (
 // shutdownGrace bounds how long in-flight calls may take after a stop.
 const shutdownGrace = 5 * time.Second
 
-// debugIdleTimeout bounds how long a kept-alive connection to the debug
-// server waits for its next request.
-const debugIdleTimeout = time.Minute
-
 // streamWorkers is the number of goroutines kept to serve gRPC calls.
 const streamWorkers = 256
 
@@ -234,12 +230,13 @@ func (a *App) build(ctx context.Context) error {
 		Logger:      a.logger,
 	}))
 	if s.Listen.Debug != "" {
-		// No read or write timeout: a CPU profile or an execution trace
-		// streams for as many seconds as its caller asks (30 by default),
-		// and a read deadline would cancel its request's context and so
-		// cut it short. The listener is the operators', on loopback
-		// unless they choose otherwise.
-		a.debug = &http.Server{Handler: a.debugHandler(), ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: debugIdleTimeout}
+		// The HTTP server's timeouts, which a profile outlives: a CPU
+		// profile or an execution trace streams for as many seconds as
+		// its caller asks, and net/http/pprof moves the write deadline
+		// on by that many; a request without a body has no read deadline
+		// once its handler runs. No cap on connections: the operators
+		// must reach pprof most when the HTTP listener is full.
+		a.debug = s.Conns.httpServer(a.debugHandler())
 	}
 
 	if a.grpcLis, err = net.Listen("tcp", s.Listen.GRPC); err != nil {

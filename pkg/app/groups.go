@@ -41,9 +41,9 @@ func (ListenSettings) flags(fs *pflag.FlagSet) {
 // in 31 bits, and Envoy takes no more.
 const maxStreams = 1<<31 - 1
 
-// ConnectionSettings bound what one client may hold of the HTTP and gRPC
-// servers: how long a slow client keeps an HTTP connection, how many
-// connections there are, and how long a gRPC connection lives, how often
+// ConnectionSettings bound what one client may hold of the HTTP, debug
+// and gRPC servers: how long a slow client keeps an HTTP connection, how
+// many HTTP connections there are, and how long a gRPC connection lives, how often
 // its client may ping and how many calls it carries at once. Zero means
 // no bound, but for the keepalive interval and the streams.
 type ConnectionSettings struct {
@@ -62,9 +62,9 @@ type ConnectionSettings struct {
 }
 
 func (ConnectionSettings) flags(fs *pflag.FlagSet) {
-	fs.Duration("http-read-timeout", 10*time.Second, "HTTP: longest time to read a whole request, body included; its headers must come within 5s, or this if shorter (0: no limit)")
-	fs.Duration("http-write-timeout", 30*time.Second, "HTTP: longest time from the end of a request's headers to the end of its answer, body read included (0: no limit)")
-	fs.Duration("http-idle-timeout", 60*time.Second, "HTTP: how long a kept-alive connection may wait for its next request (0: no limit)")
+	fs.Duration("http-read-timeout", 10*time.Second, "HTTP and debug: longest time to read a whole request, body included; its headers must come within 5s, or this if shorter (0: no limit)")
+	fs.Duration("http-write-timeout", 30*time.Second, "HTTP and debug: longest time from the end of a request's headers to the end of its answer, body read included (0: no limit)")
+	fs.Duration("http-idle-timeout", 60*time.Second, "HTTP and debug: how long a kept-alive connection may wait for its next request (0: no limit)")
 	fs.Int("http-max-connections", 4096, "HTTP: most connections open at once; further ones wait in the kernel's queue until one closes (0: no limit)")
 	fs.Duration("grpc-max-connection-age", 0, "gRPC: a connection this old (±10%) is sent GOAWAY, so its client reconnects, perhaps to another instance (0: never)")
 	fs.Duration("grpc-max-connection-age-grace", 0, "gRPC: how long calls in flight may finish on a connection sent GOAWAY for its age before it is closed (0: as long as they take)")
@@ -103,8 +103,8 @@ func (c ConnectionSettings) validate() []error {
 // request's headers.
 const readHeaderTimeout = 5 * time.Second
 
-// httpServer returns the HTTP server of handler, with the timeouts the
-// settings ask for. Its headers must come within readHeaderTimeout, or
+// httpServer returns an HTTP server of handler (the HTTP API's or the
+// debug one's), with the timeouts the settings ask for. Its headers must come within readHeaderTimeout, or
 // the read timeout if that is shorter. Zero idle timeout is no limit:
 // net/http would take the read timeout for it.
 func (c ConnectionSettings) httpServer(handler http.Handler) *http.Server {
