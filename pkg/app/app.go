@@ -208,6 +208,7 @@ func (a *App) build(ctx context.Context) error {
 		// beyond them grpc starts goroutines as before.
 		grpc.NumStreamWorkers(streamWorkers),
 	}
+	grpcOpts = append(grpcOpts, s.Conns.grpcOptions()...)
 	if s.GRPCTLS.Cert != "" {
 		files, err := tlsfiles.New(tlsfiles.Options{
 			CertFile: s.GRPCTLS.Cert, KeyFile: s.GRPCTLS.Key, ClientCAFile: s.GRPCTLS.ClientCA, ClientSAN: s.GRPCTLS.ClientSAN,
@@ -227,21 +228,24 @@ func (a *App) build(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.http = &http.Server{
-		Handler: httpapi.New(httpapi.Options{
-			Limiter:     lim,
-			JSON:        a.rls.JSONHandler(),
-			Metrics:     a.telemetry.Handler(),
-			Ready:       a.ready,
-			Degraded:    a.degraded,
-			Admin:       adminAPI,
-			MaxBodySize: 1 << 20,
-			Logger:      a.logger,
-		}),
-		ReadHeaderTimeout: 5 * time.Second,
-	}
+	a.http = s.Conns.httpServer(httpapi.New(httpapi.Options{
+		Limiter:     lim,
+		JSON:        a.rls.JSONHandler(),
+		Metrics:     a.telemetry.Handler(),
+		Ready:       a.ready,
+		Degraded:    a.degraded,
+		Admin:       adminAPI,
+		MaxBodySize: 1 << 20,
+		Logger:      a.logger,
+	}))
 	if s.Listen.Debug != "" {
-		a.debug = &http.Server{Handler: a.debugHandler(), ReadHeaderTimeout: 5 * time.Second}
+		// The HTTP server's timeouts, which a profile outlives: a CPU
+		// profile or an execution trace streams for as many seconds as
+		// its caller asks, and net/http/pprof moves the write deadline
+		// on by that many; a request without a body has no read deadline
+		// once its handler runs. No cap on connections: the operators
+		// must reach pprof most when the HTTP listener is full.
+		a.debug = s.Conns.httpServer(a.debugHandler())
 	}
 
 	if a.grpcLis, err = net.Listen("tcp", s.Listen.GRPC); err != nil {
@@ -250,6 +254,7 @@ func (a *App) build(ctx context.Context) error {
 	if a.httpLis, err = net.Listen("tcp", s.Listen.HTTP); err != nil {
 		return fmt.Errorf("listening for HTTP: %w", err)
 	}
+	a.httpLis = s.Conns.httpListener(a.httpLis)
 	if a.debug != nil {
 		if a.debugLis, err = net.Listen("tcp", s.Listen.Debug); err != nil {
 			return fmt.Errorf("listening for debug: %w", err)

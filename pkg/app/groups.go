@@ -5,11 +5,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"net/url"
 	"time"
 
 	"github.com/spf13/pflag"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"golang.org/x/net/netutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/tollgatehq/tollgate/pkg/limiter"
 	"github.com/tollgatehq/tollgate/pkg/store/redis"
@@ -30,6 +35,116 @@ func (ListenSettings) flags(fs *pflag.FlagSet) {
 	fs.String("grpc-addr", ":8081", "gRPC listen address (RateLimitService and health)")
 	fs.String("http-addr", ":8080", "HTTP listen address (/json, /v1/check, health, /metrics)")
 	fs.String("debug-addr", "127.0.0.1:6070", "debug listen address (/debug/config, pprof); empty disables it")
+}
+
+// maxStreams bounds --grpc-max-concurrent-streams: HTTP/2 counts streams
+// in 31 bits, and Envoy takes no more.
+const maxStreams = 1<<31 - 1
+
+// ConnectionSettings bound what one client may hold of the HTTP, debug
+// and gRPC servers: how long a slow client keeps an HTTP connection, how
+// many HTTP connections there are, and how long a gRPC connection lives, how often
+// its client may ping and how many calls it carries at once. Zero means
+// no bound, but for the keepalive interval and the streams.
+type ConnectionSettings struct {
+	HTTPReadTimeout  time.Duration `mapstructure:"http-read-timeout"`
+	HTTPWriteTimeout time.Duration `mapstructure:"http-write-timeout"`
+	HTTPIdleTimeout  time.Duration `mapstructure:"http-idle-timeout"`
+	HTTPMaxConns     int           `mapstructure:"http-max-connections"`
+	// GRPCMaxAge and GRPCMaxAgeGrace are grpc-go's
+	// keepalive.ServerParameters of the same names: zero is forever.
+	GRPCMaxAge      time.Duration `mapstructure:"grpc-max-connection-age"`
+	GRPCMaxAgeGrace time.Duration `mapstructure:"grpc-max-connection-age-grace"`
+	// GRPCKeepaliveMinTime is the MinTime of the keepalive enforcement
+	// policy.
+	GRPCKeepaliveMinTime time.Duration `mapstructure:"grpc-keepalive-min-time"`
+	GRPCMaxStreams       int           `mapstructure:"grpc-max-concurrent-streams"`
+}
+
+func (ConnectionSettings) flags(fs *pflag.FlagSet) {
+	fs.Duration("http-read-timeout", 10*time.Second, "HTTP and debug: longest time to read a whole request, body included; its headers must come within 5s, or this if shorter (0: no limit)")
+	fs.Duration("http-write-timeout", 30*time.Second, "HTTP and debug: longest time from the end of a request's headers to the end of its answer, body read included (0: no limit)")
+	fs.Duration("http-idle-timeout", 60*time.Second, "HTTP and debug: how long a kept-alive connection may wait for its next request (0: no limit)")
+	fs.Int("http-max-connections", 4096, "HTTP: most connections open at once; further ones wait in the kernel's queue until one closes (0: no limit)")
+	fs.Duration("grpc-max-connection-age", 0, "gRPC: a connection this old (±10%) is sent GOAWAY, so its client reconnects, perhaps to another instance (0: never)")
+	fs.Duration("grpc-max-connection-age-grace", 0, "gRPC: how long calls in flight may finish on a connection sent GOAWAY for its age before it is closed (0: as long as they take)")
+	fs.Duration("grpc-keepalive-min-time", 10*time.Second, "gRPC: shortest interval at which a client may send keepalive pings, with or without calls in flight; one that pings more often is sent GOAWAY")
+	fs.Int("grpc-max-concurrent-streams", 1024, "gRPC: most calls in flight on one connection; Envoy opens another connection beyond it (1024 is Envoy's own default)")
+}
+
+func (c ConnectionSettings) validate() []error {
+	var errs []error
+	for _, d := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"http-read-timeout", c.HTTPReadTimeout}, {"http-write-timeout", c.HTTPWriteTimeout}, {"http-idle-timeout", c.HTTPIdleTimeout},
+		{"grpc-max-connection-age", c.GRPCMaxAge}, {"grpc-max-connection-age-grace", c.GRPCMaxAgeGrace},
+	} {
+		if d.d < 0 {
+			errs = append(errs, fmt.Errorf("%s: must not be negative, got %v", d.name, d.d))
+		}
+	}
+	if c.HTTPMaxConns < 0 {
+		errs = append(errs, fmt.Errorf("http-max-connections: must not be negative, got %d", c.HTTPMaxConns))
+	}
+	// A zero MinTime is grpc-go's default of five minutes: not what zero
+	// says elsewhere here.
+	if c.GRPCKeepaliveMinTime <= 0 {
+		errs = append(errs, fmt.Errorf("grpc-keepalive-min-time: must be positive, got %v", c.GRPCKeepaliveMinTime))
+	}
+	if c.GRPCMaxStreams > maxStreams {
+		errs = append(errs, fmt.Errorf("grpc-max-concurrent-streams: must be at most %d, got %d", maxStreams, c.GRPCMaxStreams))
+	}
+	return append(errs, positive(count{"grpc-max-concurrent-streams", c.GRPCMaxStreams})...)
+}
+
+// readHeaderTimeout bounds how long the HTTP servers wait for a
+// request's headers.
+const readHeaderTimeout = 5 * time.Second
+
+// httpServer returns an HTTP server of handler (the HTTP API's or the
+// debug one's), with the timeouts the settings ask for. Its headers must come within readHeaderTimeout, or
+// the read timeout if that is shorter. Zero idle timeout is no limit:
+// net/http would take the read timeout for it.
+func (c ConnectionSettings) httpServer(handler http.Handler) *http.Server {
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       c.HTTPReadTimeout,
+		WriteTimeout:      c.HTTPWriteTimeout,
+		IdleTimeout:       c.HTTPIdleTimeout,
+	}
+	if c.HTTPReadTimeout > 0 {
+		srv.ReadHeaderTimeout = min(readHeaderTimeout, c.HTTPReadTimeout)
+	}
+	if c.HTTPIdleTimeout == 0 {
+		srv.IdleTimeout = -1
+	}
+	return srv
+}
+
+// httpListener bounds the connections lis accepts at once, if the
+// settings ask it to.
+func (c ConnectionSettings) httpListener(lis net.Listener) net.Listener {
+	if c.HTTPMaxConns == 0 {
+		return lis
+	}
+	return netutil.LimitListener(lis, c.HTTPMaxConns)
+}
+
+// grpcOptions return the gRPC server's bounds on its connections.
+// Pings: Envoy sends none unless its cluster sets connection_keepalive,
+// and then at that interval whether calls are in flight or not, so pings
+// are allowed without calls; grpc-go's defaults (one every 5 minutes,
+// none without calls for 2 hours) would close an idle connection of such
+// an Envoy after three pings.
+func (c ConnectionSettings) grpcOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: c.GRPCKeepaliveMinTime, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: c.GRPCMaxAge, MaxConnectionAgeGrace: c.GRPCMaxAgeGrace}),
+		grpc.MaxConcurrentStreams(uint32(c.GRPCMaxStreams)), // validate bounds it
+	}
 }
 
 // RuleSettings are the defaults of rules that name none (nor their

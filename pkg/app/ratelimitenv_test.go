@@ -32,10 +32,11 @@ func TestRatelimitEnv(t *testing.T) {
 	const redisURL = "redis.ratelimit.svc:6379"
 	// asRatelimit is what every mapped environment changes: fixed windows,
 	// costs charged always and no response headers, as envoyproxy/ratelimit
-	// counts and answers.
+	// counts and answers, and gRPC connections aged as it ages them.
 	asRatelimit := func(edit func(*Settings)) func(*Settings) {
 		return func(s *Settings) {
 			s.Rules.DefaultAlgorithm, s.Rules.DefaultCharge, s.Answers.Headers = "fixed_window", "always", "none"
+			s.Conns.GRPCMaxAge, s.Conns.GRPCMaxAgeGrace = 24*time.Hour, time.Hour
 			s.ConfigDir = "/srv/runtime_data/current/config" // ratelimit's default runtime directory
 			if edit != nil {
 				edit(s)
@@ -323,6 +324,38 @@ func TestRatelimitEnv(t *testing.T) {
 			warnings: []string{"GRPC_SERVER_TLS_CERT, GRPC_SERVER_TLS_KEY: ignored without GRPC_SERVER_USE_TLS=true, as in envoyproxy/ratelimit"},
 		},
 		{
+			name: "gRPC connection age",
+			env:  map[string]string{"RUNTIME_ROOT": "/d", "GRPC_MAX_CONNECTION_AGE": "30m", "GRPC_MAX_CONNECTION_AGE_GRACE": "90s"},
+			want: asRatelimit(func(s *Settings) {
+				s.ConfigDir, s.Conns.GRPCMaxAge, s.Conns.GRPCMaxAgeGrace = "/d/config", 30*time.Minute, 90*time.Second
+			}),
+			honoured: "RUNTIME_ROOT,GRPC_MAX_CONNECTION_AGE,GRPC_MAX_CONNECTION_AGE_GRACE",
+		},
+		{
+			name:     "gRPC connection age alone, grace as ratelimit's default",
+			env:      map[string]string{"RUNTIME_ROOT": "/d", "GRPC_MAX_CONNECTION_AGE": "1h30m"},
+			want:     asRatelimit(func(s *Settings) { s.ConfigDir, s.Conns.GRPCMaxAge = "/d/config", 90*time.Minute }),
+			honoured: "RUNTIME_ROOT,GRPC_MAX_CONNECTION_AGE",
+		},
+		{
+			name:     "tollgate's own connection age wins",
+			args:     []string{"--grpc-max-connection-age", "0s"},
+			env:      map[string]string{"RUNTIME_ROOT": "/d", "GRPC_MAX_CONNECTION_AGE": "30m"},
+			want:     asRatelimit(func(s *Settings) { s.ConfigDir, s.Conns.GRPCMaxAge = "/d/config", 0 }),
+			honoured: "RUNTIME_ROOT",
+			warnings: []string{"GRPC_MAX_CONNECTION_AGE: ignored: tollgate's own setting grpc-max-connection-age wins"},
+		},
+		{
+			name: "gRPC connection age in seconds, not a duration",
+			env:  map[string]string{"RUNTIME_ROOT": "/d", "GRPC_MAX_CONNECTION_AGE": "300"},
+			err:  `envoyproxy/ratelimit environment: GRPC_MAX_CONNECTION_AGE: want a duration such as 3s, got "300"`,
+		},
+		{
+			name: "gRPC connection age grace not a duration",
+			env:  map[string]string{"RUNTIME_ROOT": "/d", "GRPC_MAX_CONNECTION_AGE_GRACE": "an hour"},
+			err:  `envoyproxy/ratelimit environment: GRPC_MAX_CONNECTION_AGE_GRACE: want a duration such as 3s, got "an hour"`,
+		},
+		{
 			name: "tracing over http",
 			env:  map[string]string{"TRACING_ENABLED": "true"},
 			err:  "envoyproxy/ratelimit environment: TRACING_EXPORTER_PROTOCOL: http is not supported: tollgate exports OTLP over gRPC only; set it to grpc",
@@ -352,6 +385,7 @@ func TestRatelimitEnv(t *testing.T) {
 			env:  map[string]string{"RUNTIME_ROOT": "/d", "PORT": "9000", "TOLLGATE_RESPONSE_HEADERS": "ietf", "LIMIT_RESPONSE_HEADERS_ENABLED": "true"},
 			want: func(s *Settings) {
 				s.Listen.HTTP, s.Rules.DefaultAlgorithm, s.ConfigDir, s.Answers.Headers = "127.0.0.1:1", "sliding_window_counter", "/etc/mine", "ietf"
+				s.Conns.GRPCMaxAge, s.Conns.GRPCMaxAgeGrace = 24*time.Hour, time.Hour
 			},
 			warnings: []string{
 				"RUNTIME_ROOT: ignored: tollgate's own setting config-dir wins",

@@ -29,8 +29,9 @@ import (
 // help lists their flags.
 type Settings struct {
 	// ConfigDir is the directory of the rule files (with ConfigType file).
-	ConfigDir string         `mapstructure:"config-dir"`
-	Listen    ListenSettings `mapstructure:",squash"`
+	ConfigDir string             `mapstructure:"config-dir"`
+	Listen    ListenSettings     `mapstructure:",squash"`
+	Conns     ConnectionSettings `mapstructure:",squash"`
 	// Store is memory or redis.
 	Store     string           `mapstructure:"store"`
 	Rules     RuleSettings     `mapstructure:",squash"`
@@ -61,6 +62,7 @@ func Flags(fs *pflag.FlagSet) *pflag.FlagSet {
 	fs.String("settings", "", "optional settings file (YAML, TOML or JSON) with the same names as the flags")
 	fs.String("config-dir", "config", "directory of descriptor YAML files, watched for changes")
 	ListenSettings{}.flags(fs)
+	ConnectionSettings{}.flags(fs)
 	fs.String("store", "memory", "counter store: memory (embedded, one instance) or redis (shared by a fleet)")
 	RuleSettings{}.flags(fs)
 	AnswerSettings{}.flags(fs)
@@ -166,7 +168,7 @@ func (s Settings) Validate() error {
 		errs = append(errs, err)
 	}
 	for _, group := range []interface{ validate() []error }{
-		s.Answers, s.Log, s.Tracing, s.GRPCTLS, s.Redis, s.Leases, s.Failure, s.Limits, s.Overrides,
+		s.Conns, s.Answers, s.Log, s.Tracing, s.GRPCTLS, s.Redis, s.Leases, s.Failure, s.Limits, s.Overrides,
 	} {
 		errs = append(errs, group.validate()...)
 	}

@@ -628,3 +628,16 @@ func applyDuration(key string) func(*envMapping, string, string) {
 		m.set(key, d, name)
 	}
 }
+
+// applyDurationOr is applyDuration, but maps an unset variable onto key
+// as def: envoyproxy/ratelimit's default where tollgate's differs.
+func applyDurationOr(key string, def time.Duration) func(*envMapping, string, string) {
+	apply := applyDuration(key)
+	return func(m *envMapping, name, val string) {
+		if val == "" {
+			m.set(key, def)
+			return
+		}
+		apply(m, name, val)
+	}
+}

@@ -3,6 +3,7 @@ package ratelimitenv
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // This file is the mapping itself: one row per variable of
@@ -129,8 +130,10 @@ func vars() []variable {
 		{Name: "GRPC_SERVER_TLS_KEY", Setting: "grpc-tls-key", Trigger: true, Note: "read with `GRPC_SERVER_USE_TLS`"},
 		{Name: "GRPC_CLIENT_TLS_CACERT", Setting: "grpc-tls-client-ca", Trigger: true, Note: "read with `GRPC_SERVER_USE_TLS`: client certificates required"},
 		{Name: "GRPC_CLIENT_TLS_SAN", Setting: "grpc-tls-client-san", Trigger: true, Note: "read with `GRPC_SERVER_USE_TLS`; without a CA it is dropped with a warning, as ratelimit ignores it"},
-		{Name: "GRPC_MAX_CONNECTION_AGE", Trigger: true, Apply: applyWarn("tollgate does not age out gRPC connections"), Note: "one warning"},
-		{Name: "GRPC_MAX_CONNECTION_AGE_GRACE", Trigger: true, Apply: applyWarn("tollgate does not age out gRPC connections"), Note: "one warning"},
+		{Name: "GRPC_MAX_CONNECTION_AGE", Setting: "grpc-max-connection-age", Trigger: true, Apply: applyDurationOr("grpc-max-connection-age", 24*time.Hour),
+			Note: "`grpc-max-connection-age`, a duration such as `30m`; unset, ratelimit's `24h` (tollgate's own default: never)"},
+		{Name: "GRPC_MAX_CONNECTION_AGE_GRACE", Setting: "grpc-max-connection-age-grace", Trigger: true, Apply: applyDurationOr("grpc-max-connection-age-grace", time.Hour),
+			Note: "`grpc-max-connection-age-grace`, a duration; unset, ratelimit's `1h` (tollgate's own default: as long as calls take)"},
 		{Name: "TRACING_ENABLED", Setting: "tracing-endpoint", Trigger: true, Apply: applyTracing,
 			Note: "true: spans go over OTLP/gRPC to `OTEL_EXPORTER_OTLP_ENDPOINT` (tollgate reads the OTEL_* variables itself), else `http://localhost:4317`"},
 		{Name: "TRACING_EXPORTER_PROTOCOL", Trigger: true, Note: "read with `TRACING_ENABLED`: `grpc` accepted; `http` (ratelimit's default) is a start-up error, tollgate exports OTLP/gRPC only"},
