@@ -194,6 +194,7 @@ func (a *App) build(ctx context.Context) error {
 	a.rls = rls.New(rls.Options{
 		Limiter: lim, Logger: a.logger, TracerProvider: tracer,
 		ResponseDynamicMetadata: s.Answers.DynamicMetadata, OmitDecisionMetadata: !s.Answers.DecisionMetadata,
+		UntrustedGRPC: !s.Trust.trusts("grpc"), UntrustedJSON: !s.Trust.trusts("http"),
 	})
 	if a.reloader.Current() == nil {
 		// Rules over xDS come after the start: until they do, Envoy's
@@ -237,6 +238,7 @@ func (a *App) build(ctx context.Context) error {
 		Admin:       adminAPI,
 		MaxBodySize: 1 << 20,
 		Logger:      a.logger,
+		Untrusted:   !s.Trust.trusts("http"),
 	}))
 	if s.Listen.Debug != "" {
 		// The HTTP server's timeouts, which a profile outlives: a CPU

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -146,6 +147,33 @@ func (c ConnectionSettings) grpcOptions() []grpc.ServerOption {
 		grpc.MaxConcurrentStreams(uint32(c.GRPCMaxStreams)), // validate bounds it
 	}
 }
+
+// TrustSettings name the sources tollgate trusts with charge markers
+// (tollgate.charge, "charge") and refunds (is_negative_hits, "refund"),
+// with which a caller can lock a client out or erase its counter: "grpc",
+// the RateLimitService (Envoy, which the gRPC listener's TLS or a network
+// policy should admit alone), and "http", /v1/check and /json on the HTTP
+// listener. Any other source's are refused: InvalidArgument, or 400.
+type TrustSettings struct {
+	Sources []string `mapstructure:"trusted-sources"`
+}
+
+func (TrustSettings) flags(fs *pflag.FlagSet) {
+	fs.StringSlice("trusted-sources", []string{"grpc"}, "sources whose charge markers (tollgate.charge, \"charge\") and refunds (is_negative_hits, \"refund\") are honoured: grpc (the RateLimitService), http (/v1/check and /json); others are refused")
+}
+
+func (t TrustSettings) validate() []error {
+	var errs []error
+	for _, src := range t.Sources {
+		if src != "grpc" && src != "http" {
+			errs = append(errs, fmt.Errorf("trusted-sources: unknown source %q (want grpc or http)", src))
+		}
+	}
+	return errs
+}
+
+// trusts reports whether src is a trusted source.
+func (t TrustSettings) trusts(src string) bool { return slices.Contains(t.Sources, src) }
 
 // RuleSettings are the defaults of rules that name none (nor their
 // domain's defaults), and the global shadow mode. Settings.descriptorOptions

@@ -32,6 +32,7 @@ type Settings struct {
 	ConfigDir string             `mapstructure:"config-dir"`
 	Listen    ListenSettings     `mapstructure:",squash"`
 	Conns     ConnectionSettings `mapstructure:",squash"`
+	Trust     TrustSettings      `mapstructure:",squash"`
 	// Store is memory or redis.
 	Store     string           `mapstructure:"store"`
 	Rules     RuleSettings     `mapstructure:",squash"`
@@ -63,6 +64,7 @@ func Flags(fs *pflag.FlagSet) *pflag.FlagSet {
 	fs.String("config-dir", "config", "directory of descriptor YAML files, watched for changes")
 	ListenSettings{}.flags(fs)
 	ConnectionSettings{}.flags(fs)
+	TrustSettings{}.flags(fs)
 	fs.String("store", "memory", "counter store: memory (embedded, one instance) or redis (shared by a fleet)")
 	RuleSettings{}.flags(fs)
 	AnswerSettings{}.flags(fs)
@@ -168,7 +170,7 @@ func (s Settings) Validate() error {
 		errs = append(errs, err)
 	}
 	for _, group := range []interface{ validate() []error }{
-		s.Conns, s.Answers, s.Log, s.Tracing, s.GRPCTLS, s.Redis, s.Leases, s.Failure, s.Limits, s.Overrides,
+		s.Conns, s.Trust, s.Answers, s.Log, s.Tracing, s.GRPCTLS, s.Redis, s.Leases, s.Failure, s.Limits, s.Overrides,
 	} {
 		errs = append(errs, group.validate()...)
 	}

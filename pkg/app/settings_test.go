@@ -183,6 +183,7 @@ func TestSettingsErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"--store", "etcd"}, `store: unknown store "etcd" (want memory or redis)`},
+		{[]string{"--trusted-sources", "grpc,udp"}, `trusted-sources: unknown source "udp" (want grpc or http)`},
 		{[]string{"--default-algorithm", "leaky"}, `default-algorithm: unknown algorithm "leaky"`},
 		{[]string{"--default-charge", "sometimes"}, `default-charge: unknown charge "sometimes" (want admitted or always)`},
 		{[]string{"--precision", "exact"}, `precision: unknown precision "exact" (want strict or cached)`},

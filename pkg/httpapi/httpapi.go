@@ -46,6 +46,10 @@ type Options struct {
 	Admin       Routed
 	MaxBodySize int64 // default 1 MiB
 	Logger      *slog.Logger
+	// Untrusted marks /v1/check's callers as a source that may not charge
+	// always or refund (limiter.Request.Untrusted): its "charge" and
+	// "refund" are answered 400.
+	Untrusted bool
 }
 
 // Routed is an http.Handler that serves a fixed set of http.ServeMux
@@ -175,6 +179,7 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	req.Untrusted = h.opts.Untrusted
 	resp, err := h.opts.Limiter.Check(r.Context(), req)
 	if errors.Is(err, limiter.ErrInvalidRequest) {
 		WriteError(w, http.StatusBadRequest, err.Error())

@@ -61,6 +61,9 @@ func (b *bounds) validate(req *Request) (marked bool, err error) {
 				markers++
 			}
 		}
+		if req.Untrusted && (markers > 0 || d.Refund) {
+			return false, fmt.Errorf("%w: descriptors[%d]: %w", ErrInvalidRequest, i, ErrUntrusted)
+		}
 		if markers > 0 {
 			if markers == len(d.Entries) {
 				return false, fmt.Errorf("%w: descriptors[%d]: no entries but %s", ErrInvalidRequest, i, ChargeKey)

@@ -42,6 +42,14 @@ func TestCheckRejectsInvalidRequests(t *testing.T) {
 		{name: "empty key", limiter: "small", req: &Request{Domain: "d", Descriptors: []Descriptor{{Entries: entries("k=v", "=v")}}}, want: "descriptors[0].entries[1]: empty key"},
 		{name: "override unit", limiter: "small", req: &Request{Domain: "d", Descriptors: []Descriptor{{Entries: entries("k=v"), Override: &Override{RequestsPerUnit: 1}}}}, want: "descriptors[0].limit: invalid unit 0"},
 
+		// An untrusted source may neither charge always nor refund.
+		{name: "untrusted plain", limiter: "defaults", req: &Request{Domain: "d", Untrusted: true, Descriptors: []Descriptor{ok}}},
+		{name: "untrusted charge marker", limiter: "defaults", req: &Request{Domain: "d", Untrusted: true, Descriptors: []Descriptor{ok, {Entries: entries("k=v", ChargeKey+"=always")}}},
+			want: "descriptors[1]: " + ErrUntrusted.Error()},
+		{name: "untrusted refund", limiter: "defaults", req: &Request{Domain: "d", Untrusted: true, Descriptors: []Descriptor{{Entries: entries("k=v"), Refund: true}}},
+			want: "descriptors[0]: " + ErrUntrusted.Error()},
+		{name: "trusted charge marker and refund", limiter: "defaults", req: &Request{Domain: "d", Descriptors: []Descriptor{{Entries: entries("k=v", ChargeKey+"=always")}, {Entries: entries("k=v"), Refund: true}}}},
+
 		// The bounds of Options, at and one past each.
 		{name: "at every bound", limiter: "small", req: &Request{Domain: "12345678", Hits: 100, Descriptors: []Descriptor{
 			{Entries: entries("12345678=12345678", "k=v"), Hits: 100, HasHits: true}, ok,

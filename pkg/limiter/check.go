@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"errors"
 	"math"
 
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
@@ -74,6 +75,9 @@ func (l *Limiter) CheckInto(ctx context.Context, req *Request, resp *Response) (
 	}
 	marked, err := l.bounds.validate(req)
 	if err != nil {
+		if errors.Is(err, ErrUntrusted) {
+			l.metrics.untrusted.Add(ctx, 1)
+		}
 		return err
 	}
 	start := l.now()

@@ -63,6 +63,7 @@ type metrics struct {
 	decisions   metric.Int64Counter
 	pastLimit   metric.Int64Counter
 	storeErrors metric.Int64Counter
+	untrusted   metric.Int64Counter
 	latency     metric.Float64Histogram
 
 	unknownDomain []metric.AddOption
@@ -87,6 +88,12 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	m.storeErrors, err = meter.Int64Counter("tollgate_store_errors",
 		metric.WithDescription("Store batches that failed and were answered by the failure mode."),
 		metric.WithUnit("{error}"))
+	if err != nil {
+		return nil, err
+	}
+	m.untrusted, err = meter.Int64Counter("tollgate_untrusted_charges_refused",
+		metric.WithDescription("Requests refused for a charge marker or a refund from a source that is not trusted (--trusted-sources)."),
+		metric.WithUnit("{request}"))
 	if err != nil {
 		return nil, err
 	}

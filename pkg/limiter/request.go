@@ -34,6 +34,11 @@ const ChargeAlwaysValue = "always"
 // gRPC InvalidArgument and HTTP 400.
 var ErrInvalidRequest = errors.New("invalid rate-limit request")
 
+// ErrUntrusted reports a charge marker (ChargeKey) or a refund in a
+// Request that is Untrusted: with them a caller could lock a client out
+// or erase its counter. Errors that wrap it wrap ErrInvalidRequest too.
+var ErrUntrusted = errors.New("a charge marker or a refund from a source that is not trusted (see --trusted-sources)")
+
 // ErrUnavailable reports that the engine could not decide because its store
 // could not; it is store.ErrUnavailable, so errors.Is matches either. Check
 // itself does not return it, since every failure mode answers; the
@@ -46,6 +51,11 @@ type Request struct {
 	Descriptors []Descriptor
 	// Hits is the request-level hits_addend; 0 means 1.
 	Hits uint32
+	// Untrusted marks a request from a source that may not charge always
+	// or refund: a descriptor with a ChargeKey entry or Refund is then
+	// refused with ErrUntrusted. The adapters set it from
+	// --trusted-sources.
+	Untrusted bool
 }
 
 // Descriptor is one descriptor of a Request.

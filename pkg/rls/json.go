@@ -46,7 +46,7 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "decoding RateLimitRequest: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	resp, err := s.shouldRateLimit(r.Context(), &req)
+	resp, err := s.shouldRateLimit(r.Context(), &req, s.untrustedJSON)
 	if err != nil {
 		st := status.Convert(err)
 		http.Error(w, st.Message(), httpStatus(st.Code()))

@@ -88,6 +88,10 @@ type Options struct {
 	// key, DecisionKey, which says per descriptor which rule decided it,
 	// its code and what remains.
 	OmitDecisionMetadata bool
+	// UntrustedGRPC and UntrustedJSON mark the calls of the gRPC service
+	// and of POST /json as from sources that may not charge always or
+	// refund (limiter.Request.Untrusted).
+	UntrustedGRPC, UntrustedJSON bool
 }
 
 // Server implements rlsv3.RateLimitServiceServer.
@@ -103,6 +107,8 @@ type Server struct {
 
 	ratelimitMetadata bool // Options.ResponseDynamicMetadata
 	omitDecisions     bool // Options.OmitDecisionMetadata
+	untrustedGRPC     bool // Options.UntrustedGRPC
+	untrustedJSON     bool // Options.UntrustedJSON
 }
 
 var _ rlsv3.RateLimitServiceServer = (*Server)(nil)
@@ -117,6 +123,8 @@ func New(opts Options) *Server {
 
 		ratelimitMetadata: opts.ResponseDynamicMetadata,
 		omitDecisions:     opts.OmitDecisionMetadata,
+		untrustedGRPC:     opts.UntrustedGRPC,
+		untrustedJSON:     opts.UntrustedJSON,
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -170,17 +178,18 @@ func servingStatus(serving bool) healthpb.HealthCheckResponse_ServingStatus {
 // other failure codes.Internal.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if s.tracer == nil {
-		return s.shouldRateLimit(ctx, req)
+		return s.shouldRateLimit(ctx, req, s.untrustedGRPC)
 	}
 	ctx, span := s.startRPC(ctx, req)
-	resp, err := s.shouldRateLimit(ctx, req)
+	resp, err := s.shouldRateLimit(ctx, req, s.untrustedGRPC)
 	endRPC(span, resp, err)
 	return resp, err
 }
 
 // shouldRateLimit is ShouldRateLimit without the server span, which the
-// JSON handler, not being a gRPC call, goes without.
-func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (resp *rlsv3.RateLimitResponse, err error) {
+// JSON handler, not being a gRPC call, goes without; untrusted says
+// whether the caller's source is trusted.
+func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest, untrusted bool) (resp *rlsv3.RateLimitResponse, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			s.log.ErrorContext(ctx, "panic answering ShouldRateLimit",
@@ -204,6 +213,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if err != nil {
 		return nil, s.grpcError(ctx, err)
 	}
+	lreq.Untrusted = untrusted
 	lresp := &sc.resp
 	if s.into != nil {
 		err = s.into.CheckInto(ctx, lreq, lresp)
