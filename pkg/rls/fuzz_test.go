@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -16,6 +18,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -165,30 +168,8 @@ func FuzzShouldRateLimit(f *testing.F) {
 		if proto.Unmarshal(data, req) != nil {
 			return
 		}
-		now := func() time.Time { return t0 }
 		var logs bytes.Buffer
-		log := slog.New(slog.NewTextHandler(&logs, nil))
-		newServer := func(st, fallback store.Store) *Server {
-			l, err := limiter.New(limiter.Options{
-				Store:         st,
-				Tree:          func() *descriptor.Tree { return tree },
-				HeaderStyle:   limiter.HeadersXRateLimit,
-				Fallback:      fallback,
-				FallbackShare: 3,
-				Now:           now,
-				Logger:        log,
-				// Any hits_addend reaches the counting, whose cost
-				// arithmetic must hold for all of them; the limiter's
-				// tests cover the bound.
-				MaxDescriptors: 16, MaxEntries: 8, MaxKeyLen: 64, MaxValueLen: 256, MaxHits: math.MaxUint64,
-			})
-			if err != nil {
-				t.Fatalf("limiter.New: %v", err)
-			}
-			return New(Options{Limiter: l, Logger: log})
-		}
-		up := newServer(memory.New(memory.Options{MaxKeys: 10000, Now: now}), nil)
-		down := newServer(storetest.Failing{Err: store.ErrUnavailable}, memory.New(memory.Options{MaxKeys: 1000, Now: now}))
+		up, down := fuzzServers(t, tree, &logs)
 		ctx := context.Background()
 		for i, s := range []*Server{up, up, down} {
 			resp, err := s.ShouldRateLimit(ctx, req)
@@ -197,6 +178,123 @@ func FuzzShouldRateLimit(f *testing.F) {
 			}
 		}
 	})
+}
+
+// fuzzServers returns two servers over tree that log to logs: up counts in
+// the memory store; down's store fails, and its rules of failure mode local
+// fall back to a memory store.
+func fuzzServers(t *testing.T, tree *descriptor.Tree, logs *bytes.Buffer) (up, down *Server) {
+	now := func() time.Time { return t0 }
+	log := slog.New(slog.NewTextHandler(logs, nil))
+	newServer := func(st, fallback store.Store) *Server {
+		l, err := limiter.New(limiter.Options{
+			Store:         st,
+			Tree:          func() *descriptor.Tree { return tree },
+			HeaderStyle:   limiter.HeadersXRateLimit,
+			Fallback:      fallback,
+			FallbackShare: 3,
+			Now:           now,
+			Logger:        log,
+			// Any hits_addend reaches the counting, whose cost
+			// arithmetic must hold for all of them; the limiter's
+			// tests cover the bound.
+			MaxDescriptors: 16, MaxEntries: 8, MaxKeyLen: 64, MaxValueLen: 256, MaxHits: math.MaxUint64,
+		})
+		if err != nil {
+			t.Fatalf("limiter.New: %v", err)
+		}
+		return New(Options{Limiter: l, Logger: log})
+	}
+	up = newServer(memory.New(memory.Options{MaxKeys: 10000, Now: now}), nil)
+	down = newServer(storetest.Failing{Err: store.ErrUnavailable}, memory.New(memory.Options{MaxKeys: 1000, Now: now}))
+	return up, down
+}
+
+// FuzzJSON posts arbitrary bytes to envoyproxy/ratelimit's POST /json,
+// twice to a server over the memory store and once to one whose store is
+// down, as FuzzShouldRateLimit does over gRPC. Every answer must be one of:
+//
+//   - 400 with a plain-text reason (the endpoint's errors are plain text, as
+//     envoyproxy/ratelimit's are);
+//   - 200 or 429 with a RateLimitResponse in the protobuf JSON mapping,
+//     holding one status per descriptor of the request, each OK or
+//     OVER_LIMIT, and 429 exactly when the overall code is OVER_LIMIT;
+//   - 503 with a plain-text reason, only from the server whose store is
+//     down.
+//
+// The seeds are FuzzShouldRateLimit's requests in the JSON mapping, and
+// JSON the mapping refuses or reads leniently.
+func FuzzJSON(f *testing.F) {
+	tree, err := descriptor.LoadFS(fuzzConfig, descriptor.Options{})
+	if err != nil {
+		f.Fatalf("loading config: %v", err)
+	}
+	for _, req := range fuzzSeeds() {
+		data, err := protojson.Marshal(req)
+		if err != nil {
+			f.Fatalf("marshalling seed %v: %v", req, err)
+		}
+		f.Add(data)
+	}
+	for _, seed := range []string{
+		`{"domain":"api","hits_addend":2,"descriptors":[{"entries":[{"key":"client","value":"windowed"}],"hitsAddend":"7","isNegativeHits":true}]}`,
+		`{"domain":"api","descriptors":[{"entries":[{"key":"api_key","value":"k"}],"limit":{"requestsPerUnit":1,"unit":"HOUR","unitMultiplier":0}}]}`,
+		`{"domain":"api","descriptors":[{"entries":[{"key":"api_key","value":"k"}],"limit":{"unit":"FORTNIGHT"}}]}`,
+		`{"domain":"api","descriptors":[{"entries":[{"key":"api_key","value":"k"}]}],"domain":"legacy"}`,
+		`{"domain":"api","descriptors":[{"entries":[{"key":"api_key","value":"k"}]}],"unknown":1}`,
+		`{"domain":"api","hitsAddend":-1}`,
+		`{"domain":"api","descriptors":[null]}`,
+		`{"domain":"\ud800","descriptors":[{"entries":[{"key":"api_key","value":"k"}]}]}`,
+		`{"domain":"api"} {}`,
+		`null`,
+		``,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var logs bytes.Buffer
+		up, down := fuzzServers(t, tree, &logs)
+		for i, s := range []*Server{up, up, down} {
+			rec := httptest.NewRecorder()
+			s.JSONHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/json", bytes.NewReader(body)))
+			if msg := checkJSONAnswer(body, rec, s == down); msg != "" {
+				t.Fatalf("answer %d: %s\nbody: %q\nanswer: %d %s\nlogs:\n%s", i, msg, body, rec.Code, rec.Body, logs.String())
+			}
+		}
+	})
+}
+
+// checkJSONAnswer returns what is wrong with the answer rec to a POST /json
+// of body, or "". storeDown allows the 503 of a store that fails.
+func checkJSONAnswer(body []byte, rec *httptest.ResponseRecorder, storeDown bool) string {
+	switch rec.Code {
+	case http.StatusBadRequest, http.StatusServiceUnavailable:
+		if rec.Code == http.StatusServiceUnavailable && !storeDown {
+			return "503 from the memory store"
+		}
+		if !strings.HasPrefix(rec.Header().Get("Content-Type"), "text/plain") || strings.TrimSpace(rec.Body.String()) == "" {
+			return "error without a plain-text reason"
+		}
+		return ""
+	case http.StatusOK, http.StatusTooManyRequests:
+	default:
+		return "unexpected status"
+	}
+	if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
+		return "Content-Type " + ct
+	}
+	req := new(rlsv3.RateLimitRequest)
+	if err := protojson.Unmarshal(body, req); err != nil {
+		return "accepted a body that does not decode: " + err.Error()
+	}
+	resp := new(rlsv3.RateLimitResponse)
+	if err := protojson.Unmarshal(rec.Body.Bytes(), resp); err != nil {
+		return "answer is not a RateLimitResponse: " + err.Error()
+	}
+	if over := resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT; over != (rec.Code == http.StatusTooManyRequests) {
+		return "the HTTP status does not match the overall code"
+	}
+	return checkAnswer(req, resp, nil)
 }
 
 // checkAnswer returns what is wrong with an answer to req, or "".

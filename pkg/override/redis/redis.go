@@ -90,7 +90,7 @@ func (s *Store) Put(ctx context.Context, o override.Override) error {
 	if ttl < time.Millisecond {
 		return fmt.Errorf("%w: expiry %s is in the past", override.ErrInvalid, o.ExpiresAt.Format(time.RFC3339))
 	}
-	data, err := json.Marshal(o)
+	data, err := encodeRecord(o)
 	if err != nil {
 		return fmt.Errorf("encoding override: %w", err)
 	}
@@ -120,8 +120,8 @@ func (s *Store) Delete(ctx context.Context, id string) (override.Override, error
 	if err != nil {
 		return override.Override{}, fmt.Errorf("deleting override in redis: %w", err)
 	}
-	var o override.Override
-	if err := json.Unmarshal([]byte(get.Val()), &o); err != nil {
+	o, err := decodeRecord([]byte(get.Val()))
+	if err != nil {
 		return override.Override{}, fmt.Errorf("decoding override %s: %w", id, err)
 	}
 	return o, nil
@@ -157,8 +157,8 @@ func (s *Store) Load(ctx context.Context) ([]override.Override, error) {
 		if !ok {
 			continue // deleted or expired since
 		}
-		var o override.Override
-		if err := json.Unmarshal([]byte(str), &o); err != nil {
+		o, err := decodeRecord([]byte(str))
+		if err != nil {
 			// One bad record must not hide every other override.
 			s.log.Warn("override record in redis does not decode; skipped", "id", ids.Val()[i], "error", err)
 			continue
@@ -166,4 +166,17 @@ func (s *Store) Load(ctx context.Context) ([]override.Override, error) {
 		out = append(out, o)
 	}
 	return out, nil
+}
+
+// encodeRecord returns the record Redis holds for o: o in JSON.
+func encodeRecord(o override.Override) ([]byte, error) { return json.Marshal(o) }
+
+// decodeRecord returns the override of a record that Redis holds. Anyone
+// who can write to Redis writes records, so it must take any bytes.
+func decodeRecord(data []byte) (override.Override, error) {
+	var o override.Override
+	if err := json.Unmarshal(data, &o); err != nil {
+		return override.Override{}, err
+	}
+	return o, nil
 }
