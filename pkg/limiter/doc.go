@@ -37,11 +37,14 @@
 //   - an Envoy limit override: counted against one limit {requests_per_unit,
 //     unit, unit_multiplier} with the request's own entries, whether or not
 //     a rule matched and even if the rule is unlimited. It keeps the
-//     algorithm and charge of the rule's first limit, else
+//     algorithm, charge and precision of the rule's first limit, else
 //     Options.DefaultAlgorithm and Options.DefaultCharge. As in
 //     envoyproxy/ratelimit it has no name, ignores the rule's shadow_mode,
 //     quota_mode and share_threshold, and neither replaces nor is replaced.
-//     The allow and deny lists above still win over it;
+//     One that gives a limit the algorithms cannot take (a sliding-window
+//     log past MaxLogRequests) is ignored: the rule decides as if it were
+//     absent, and tollgate_envoy_limits_ignored counts it. The allow and
+//     deny lists above still win over it;
 //   - no rule, or a rule without limits: OK, no current limit;
 //   - unlimited: OK with Remaining Unlimited, not counted;
 //   - otherwise one store hit per limit of the rule.

@@ -140,6 +140,8 @@ type Limiter struct {
 
 	lastErrLog atomic.Int64 // Unix nanoseconds of the last store-error log line
 	errsQuiet  atomic.Int64 // store errors not logged since then
+	// envoyNoted is set once an ignored Envoy limit override was logged.
+	envoyNoted atomic.Bool
 }
 
 // New returns a Limiter. It fails when Store or Tree is missing or the

@@ -64,7 +64,9 @@ type metrics struct {
 	pastLimit   metric.Int64Counter
 	storeErrors metric.Int64Counter
 	untrusted   metric.Int64Counter
-	latency     metric.Float64Histogram
+	// envoyIgnored counts Envoy limit overrides not honoured.
+	envoyIgnored metric.Int64Counter
+	latency      metric.Float64Histogram
 
 	unknownDomain []metric.AddOption
 }
@@ -94,6 +96,12 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	m.untrusted, err = meter.Int64Counter("tollgate_untrusted_charges_refused",
 		metric.WithDescription("Requests refused for a charge marker or a refund from a source that is not trusted (--trusted-sources)."),
 		metric.WithUnit("{request}"))
+	if err != nil {
+		return nil, err
+	}
+	m.envoyIgnored, err = meter.Int64Counter("tollgate_envoy_limits_ignored",
+		metric.WithDescription("Envoy per-descriptor limit overrides not honoured, as the algorithms cannot take the limit they give: the rule's own limits decided."),
+		metric.WithUnit("{descriptor}"))
 	if err != nil {
 		return nil, err
 	}

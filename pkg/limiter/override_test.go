@@ -2,10 +2,15 @@ package limiter
 
 import (
 	"context"
+	"log/slog"
+	"reflect"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/tollgatehq/tollgate/internal/logtest"
+	"github.com/tollgatehq/tollgate/internal/metrictest"
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/override"
@@ -228,5 +233,35 @@ func BenchmarkCheckOverrides(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestEnvoyLimitPastTheAlgorithm sends an Envoy limit override that would
+// take a sliding-window log past its bound: the rule's own limit decides,
+// and the case is counted, and logged once.
+func TestEnvoyLimitPastTheAlgorithm(t *testing.T) {
+	const yaml = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 2, algorithm: sliding_window_log, name: log}\n"
+	var logs logtest.Buffer
+	mp, metric := metrictest.New(t)
+	f := newFixture(t, yaml, func(o *Options) {
+		o.Logger, o.MeterProvider = slog.New(slog.NewTextHandler(&logs, nil)), mp
+	})
+	req := &Request{Domain: "d", Descriptors: []Descriptor{{Entries: entries("k=v"), Override: &Override{RequestsPerUnit: 50_000, Unit: descriptor.Minute}}}}
+	var codes []Code
+	for range 3 {
+		st := f.check(t, req).Statuses[0]
+		if st.Limit == nil || st.Limit.Name != "log" {
+			t.Fatalf("limit %+v, want the rule's own, log", st.Limit)
+		}
+		codes = append(codes, st.Code)
+	}
+	if want := []Code{OK, OK, OverLimit}; !reflect.DeepEqual(codes, want) {
+		t.Errorf("codes %v, want %v (the rule's 2 a minute)", codes, want)
+	}
+	if n := metric("tollgate_envoy_limits_ignored"); n != 3 {
+		t.Errorf("tollgate_envoy_limits_ignored = %d, want 3", n)
+	}
+	if n := strings.Count(logs.String(), "an Envoy limit override the algorithms cannot take is ignored"); n != 1 {
+		t.Errorf("logged %d times, want once:\n%s", n, logs.String())
 	}
 }

@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"context"
 	"math"
 	"time"
 
@@ -75,32 +76,11 @@ func (l *Limiter) resolve(s *scratch, dom *descriptor.Domain, req *Request, mark
 			st.shadow = l.shadow || rule.ShadowMode
 		case rule != nil && rule.Action == descriptor.ActionAllow:
 			st.kind = kindAllow
-		case d.Override != nil:
+		case envoyLimit(l, rule, d.Override, st):
 			// Like envoyproxy/ratelimit, an override applies whether or not
 			// a rule matches, replaces an unlimited rule's exemption, and
-			// ignores the rule's shadow and quota mode. The rule's algorithm
-			// still counts it.
-			algo, charge, precision := l.defaultAlgo, l.defaultCharge, descriptor.PrecisionStrict
-			if rule != nil && len(rule.Limits) > 0 {
-				if rule.Limits[0].Algorithm != 0 {
-					algo = rule.Limits[0].Algorithm
-				}
-				charge = rule.Limits[0].Charge
-				precision = rule.Limits[0].Precision
-			}
-			if st.always {
-				charge = algorithm.ChargeAlways
-			}
-			// The override's Status.Limit points into this slice, so it
-			// outlives the pooled scratch.
-			st.limits = []descriptor.Limit{{
-				Unit:            d.Override.Unit,
-				UnitMultiplier:  max(d.Override.UnitMultiplier, 1),
-				RequestsPerUnit: d.Override.RequestsPerUnit,
-				Algorithm:       algo,
-				Charge:          charge,
-				Precision:       precision,
-			}}
+			// ignores the rule's shadow and quota mode; envoyLimit set
+			// st.limits.
 			st.kind = kindCounted
 			st.override = true
 			st.shadow = l.shadow
@@ -277,4 +257,52 @@ func (l *Limiter) buildHits(s *scratch, dom *descriptor.Domain, req *Request) {
 			st.kind = kindReplaced
 		}
 	}
+}
+
+// envoyLimit reports whether o, Envoy's per-descriptor limit override,
+// decides the descriptor, and then sets st.limits to it: the rule's
+// algorithm still counts it, with the rule's charge and precision. An
+// override is nil, or one that gives a limit the algorithms cannot take
+// (a sliding-window log past its bound, a bucket that refills too slowly)
+// is not honoured: the rule's own limits decide, and the case is counted
+// and logged once.
+func envoyLimit(l *Limiter, rule *descriptor.Rule, o *Override, st *descState) bool {
+	if o == nil {
+		return false
+	}
+	algo, charge, precision := l.defaultAlgo, l.defaultCharge, descriptor.PrecisionStrict
+	if rule != nil && len(rule.Limits) > 0 {
+		if rule.Limits[0].Algorithm != 0 {
+			algo = rule.Limits[0].Algorithm
+		}
+		charge = rule.Limits[0].Charge
+		precision = rule.Limits[0].Precision
+	}
+	if st.always {
+		charge = algorithm.ChargeAlways
+	}
+	lim := descriptor.Limit{
+		Unit:            o.Unit,
+		UnitMultiplier:  max(o.UnitMultiplier, 1),
+		RequestsPerUnit: o.RequestsPerUnit,
+		Algorithm:       algo,
+		Charge:          charge,
+		Precision:       precision,
+	}
+	if err := lim.Algo().Validate(); err != nil {
+		l.metrics.envoyIgnored.Add(context.Background(), 1)
+		if l.envoyNoted.CompareAndSwap(false, true) {
+			path := ""
+			if rule != nil {
+				path = rule.Path
+			}
+			l.log.Warn("an Envoy limit override the algorithms cannot take is ignored; the rule's own limits decide (logged once)",
+				"rule", path, "error", err)
+		}
+		return false
+	}
+	// The override's Status.Limit points into this slice, so it outlives
+	// the pooled scratch.
+	st.limits = []descriptor.Limit{lim}
+	return true
 }
