@@ -118,8 +118,10 @@ type Registry struct {
 	mu   sync.Mutex // serializes refreshes
 	kick chan struct{}
 	// skipped holds the ids of the stored overrides the last refresh
-	// skipped, so that each is logged once; r.mu guards it.
-	skipped map[string]bool
+	// skipped, so that each is logged once; made those this instance
+	// created and no refresh has seen yet, which are not logged again as
+	// learned. r.mu guards both.
+	skipped, made map[string]bool
 }
 
 // NewRegistry returns a Registry with an empty snapshot; call Refresh (or
@@ -203,6 +205,12 @@ func (r *Registry) Create(ctx context.Context, o Override) (Override, error) {
 	}
 	o.ID, o.CreatedAt = id, now
 	o.Entries = slices.Clone(o.Entries)
+	r.mu.Lock()
+	if r.made == nil {
+		r.made = make(map[string]bool)
+	}
+	r.made[id] = true
+	r.mu.Unlock()
 	if o.Limit != nil {
 		l := *o.Limit
 		u, _ := descriptor.ParseUnit(l.Unit) // validated
@@ -337,6 +345,12 @@ func (r *Registry) swap(ctx context.Context, all []Override) {
 		is[o.ID] = true
 		if !was[o.ID] {
 			changed = append(changed, o)
+			if r.made[o.ID] {
+				delete(r.made, o.ID)
+			} else {
+				// Made by another instance, or before a restart.
+				r.log.LogAttrs(ctx, slog.LevelInfo, "override learned from the store", describe(o)...)
+			}
 		}
 	}
 	for _, o := range old.All() {

@@ -272,3 +272,30 @@ func TestStoredOverridesChecked(t *testing.T) {
 		}
 	}
 }
+
+// TestLearnedOverridesLogged checks that an override another writer put
+// in the backend is logged when this instance learns of it, and one this
+// instance created is not logged again as learned.
+func TestLearnedOverridesLogged(t *testing.T) {
+	dir := t.TempDir()
+	backend, err := statefile.Open(dir, statefile.Options{Now: func() time.Time { return t0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := override.Override{ID: "other", Domain: "api", Entries: entries("tenant=theirs"), Multiplier: 2, ExpiresAt: t0.Add(time.Hour), CreatedAt: t0}
+	if err := backend.Put(context.Background(), other); err != nil {
+		t.Fatal(err)
+	}
+	r := newRegistry(t, dir) // reads the backend once
+	mine, err := r.Create(context.Background(), override.Override{Domain: "api", Entries: entries("tenant=mine"), Multiplier: 3, ExpiresAt: t0.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := r.logs.String()
+	if n := strings.Count(logs, `msg="override learned from the store"`); n != 1 || !strings.Contains(logs, `msg="override learned from the store" component=overrides id=other`) {
+		t.Errorf("want one learned line, of other:\n%s", logs)
+	}
+	if strings.Contains(logs, `msg="override learned from the store" component=overrides id=`+mine.ID) {
+		t.Errorf("the override created here is logged as learned:\n%s", logs)
+	}
+}
