@@ -44,9 +44,9 @@ const maxStreams = 1<<31 - 1
 
 // ConnectionSettings bound what one client may hold of the HTTP, debug
 // and gRPC servers: how long a slow client keeps an HTTP connection, how
-// many HTTP connections there are, and how long a gRPC connection lives, how often
-// its client may ping and how many calls it carries at once. Zero means
-// no bound, but for the keepalive interval and the streams.
+// many HTTP connections there are, and how long a gRPC connection lives,
+// how often its client may ping and how many calls it carries at once.
+// Zero means no bound, but for the keepalive interval and the streams.
 type ConnectionSettings struct {
 	HTTPReadTimeout  time.Duration `mapstructure:"http-read-timeout"`
 	HTTPWriteTimeout time.Duration `mapstructure:"http-write-timeout"`
@@ -105,9 +105,10 @@ func (c ConnectionSettings) validate() []error {
 const readHeaderTimeout = 5 * time.Second
 
 // httpServer returns an HTTP server of handler (the HTTP API's or the
-// debug one's), with the timeouts the settings ask for. Its headers must come within readHeaderTimeout, or
-// the read timeout if that is shorter. Zero idle timeout is no limit:
-// net/http would take the read timeout for it.
+// debug one's), with the timeouts the settings ask for. Its headers must
+// come within readHeaderTimeout, or the read timeout if that is shorter.
+// A zero idle timeout is no limit, where net/http would take the read
+// timeout for it.
 func (c ConnectionSettings) httpServer(handler http.Handler) *http.Server {
 	srv := &http.Server{
 		Handler:           handler,
