@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spf13/pflag"
-
 	"github.com/tollgatehq/tollgate/pkg/app/ratelimitenv"
 	"github.com/tollgatehq/tollgate/pkg/tlsfiles/tlsfilestest"
 )
@@ -410,11 +408,7 @@ func TestRatelimitEnv(t *testing.T) {
 	})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fs := Flags(pflag.NewFlagSet("serve", pflag.ContinueOnError))
-			if err := fs.Parse(tt.args); err != nil {
-				t.Fatal(err)
-			}
-			got, err := LoadSettings(fs, func(k string) string { return tt.env[k] })
+			got, err := load(t, tt.env, tt.args...)
 			if tt.err != "" {
 				if err == nil || err.Error() != tt.err || !errors.Is(err, ratelimitenv.ErrVariable) {
 					t.Fatalf("error %v, want %q", err, tt.err)

@@ -115,12 +115,7 @@ func TestSettingsPrecedence(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fs := newFlagSet("serve")
-			Flags(fs)
-			if err := fs.Parse(tt.args); err != nil {
-				t.Fatal(err)
-			}
-			s, err := LoadSettings(fs, func(k string) string { return tt.env[k] })
+			s, err := load(t, tt.env, tt.args...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -147,12 +142,7 @@ func TestRedisPassword(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fs := newFlagSet("serve")
-			Flags(fs)
-			if err := fs.Parse(append(tt.args, "--store", "redis")); err != nil {
-				t.Fatal(err)
-			}
-			s, err := LoadSettings(fs, func(k string) string { return tt.env[k] })
+			s, err := load(t, tt.env, append(tt.args, "--store", "redis")...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -229,12 +219,7 @@ func TestSettingsErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			fs := newFlagSet("serve")
-			Flags(fs)
-			if err := fs.Parse(tt.args); err != nil {
-				t.Fatal(err)
-			}
-			_, err := LoadSettings(fs, func(string) string { return "" })
+			_, err := load(t, nil, tt.args...)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("error = %v, want it to contain %q", err, tt.want)
 			}
@@ -317,12 +302,7 @@ func TestDefaultCharge(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fs := newFlagSet("serve")
-			Flags(fs)
-			if err := fs.Parse(tt.args); err != nil {
-				t.Fatal(err)
-			}
-			s, err := LoadSettings(fs, func(k string) string { return tt.env[k] })
+			s, err := load(t, tt.env, tt.args...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -357,11 +337,15 @@ func TestDefaultCharge(t *testing.T) {
 	}
 }
 
-// newFlagSet returns an empty flag set as a command would hold its flags.
-func newFlagSet(name string) *pflag.FlagSet {
-	fs := pflag.NewFlagSet("tollgate "+name, pflag.ContinueOnError)
-	fs.SortFlags = false
-	return fs
+// load resolves the settings of serve's command line args in the
+// environment env, as serve would.
+func load(t *testing.T, env map[string]string, args ...string) (Settings, error) {
+	t.Helper()
+	fs := Flags(pflag.NewFlagSet("tollgate serve", pflag.ContinueOnError))
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	return LoadSettings(fs, func(k string) string { return env[k] })
 }
 
 func TestXDSSettingsErrors(t *testing.T) {
@@ -379,12 +363,7 @@ func TestXDSSettingsErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			fs := newFlagSet("serve")
-			Flags(fs)
-			if err := fs.Parse(tt.args); err != nil {
-				t.Fatal(err)
-			}
-			_, err := LoadSettings(fs, func(k string) string { return tt.env[k] })
+			_, err := load(t, tt.env, tt.args...)
 			if err == nil || err.Error() != tt.want {
 				t.Fatalf("error = %v, want %s", err, tt.want)
 			}
@@ -393,8 +372,6 @@ func TestXDSSettingsErrors(t *testing.T) {
 }
 
 func TestXDSSettingsFromEnvironment(t *testing.T) {
-	fs := newFlagSet("serve")
-	Flags(fs)
 	env := map[string]string{
 		"TOLLGATE_CONFIG_TYPE":                        "xds",
 		"TOLLGATE_XDS_SERVER":                         "envoy-gateway:18001",
@@ -402,7 +379,7 @@ func TestXDSSettingsFromEnvironment(t *testing.T) {
 		"TOLLGATE_XDS_HEADERS":                        "x-a=1, X-B=2",
 		"TOLLGATE_FORCE_START_WITHOUT_INITIAL_CONFIG": "true",
 	}
-	s, err := LoadSettings(fs, func(k string) string { return env[k] })
+	s, err := load(t, env)
 	if err != nil {
 		t.Fatal(err)
 	}

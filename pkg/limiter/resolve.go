@@ -76,7 +76,7 @@ func (l *Limiter) resolve(s *scratch, dom *descriptor.Domain, req *Request, mark
 			st.shadow = l.shadow || rule.ShadowMode
 		case rule != nil && rule.Action == descriptor.ActionAllow:
 			st.kind = kindAllow
-		case envoyLimit(l, rule, d.Override, st):
+		case l.envoyLimit(rule, d.Override, st):
 			// Like envoyproxy/ratelimit, an override applies whether or not
 			// a rule matches, replaces an unlimited rule's exemption, and
 			// ignores the rule's shadow and quota mode; envoyLimit set
@@ -266,7 +266,7 @@ func (l *Limiter) buildHits(s *scratch, dom *descriptor.Domain, req *Request) {
 // (a sliding-window log past its bound, a bucket that refills too slowly)
 // is not honoured: the rule's own limits decide, and the case is counted
 // and logged once.
-func envoyLimit(l *Limiter, rule *descriptor.Rule, o *Override, st *descState) bool {
+func (l *Limiter) envoyLimit(rule *descriptor.Rule, o *Override, st *descState) bool {
 	if o == nil {
 		return false
 	}
