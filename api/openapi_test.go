@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -16,7 +17,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
-	"github.com/getkin/kin-openapi/routers/legacy"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
 
 	"github.com/tollgatehq/tollgate/api"
 	"github.com/tollgatehq/tollgate/pkg/admin"
@@ -52,17 +53,24 @@ func loadOpenAPI(t *testing.T) (*openapi3.T, routers.Router) {
 	if err := doc.Validate(context.Background()); err != nil {
 		t.Fatalf("the document is not valid OpenAPI 3: %v", err)
 	}
-	router, err := legacy.NewRouter(doc)
+	router, err := gorillamux.NewRouter(doc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return doc, router
 }
 
+// The servers of the document: the public listener and the admin one.
+const (
+	publicServer = "http://localhost:8080"
+	adminServer  = "http://127.0.0.1:8082"
+)
+
 // testAPI is the HTTP API with every part tollgate serves it with: the JSON
 // check, /json, metrics, probes and the admin API, on real parts.
 type testAPI struct {
-	h *httpapi.Handler
+	public *httpapi.Handler
+	admin  *admin.Handler
 	// notReady makes the probes answer 503.
 	notReady bool
 }
@@ -105,8 +113,8 @@ func newTestAPI(t *testing.T) *testAPI {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &testAPI{}
-	a.h = httpapi.New(httpapi.Options{
+	a := &testAPI{admin: adm}
+	a.public = httpapi.New(httpapi.Options{
 		Limiter: lim,
 		JSON:    rls.New(rls.Options{Limiter: lim}).JSONHandler(),
 		Metrics: tel.Handler(),
@@ -116,9 +124,14 @@ func newTestAPI(t *testing.T) *testAPI {
 			}
 			return nil
 		},
-		Admin: adm,
+		AdminRoutes: adm.Routes(),
 	})
 	return a
+}
+
+// handlers returns the handler of each of the document's servers.
+func (a *testAPI) handlers() map[string]http.Handler {
+	return map[string]http.Handler{publicServer: a.public, adminServer: a.admin}
 }
 
 // pathParam turns an http.ServeMux wildcard into OpenAPI's form, which is
@@ -126,16 +139,33 @@ func newTestAPI(t *testing.T) *testAPI {
 var pathParam = regexp.MustCompile(`\{[a-z_]+\}`)
 
 // TestOpenAPIRoutes holds the document to the routes served: every route
-// served is documented, and every documented operation is served.
+// served is documented on the server of its listener, and every documented
+// operation is served there. The public listener's stand-ins for the admin
+// routes (a 404 that points to the admin listener) are not documented.
 func TestOpenAPIRoutes(t *testing.T) {
 	doc, _ := loadOpenAPI(t)
 	var documented []string
 	for path, item := range doc.Paths.Map() {
+		servers := doc.Servers
+		if len(item.Servers) > 0 {
+			servers = item.Servers
+		}
 		for method := range item.Operations() {
-			documented = append(documented, method+" "+path)
+			for _, server := range servers {
+				documented = append(documented, server.URL+" "+method+" "+path)
+			}
 		}
 	}
-	served := newTestAPI(t).h.Routes()
+	a := newTestAPI(t)
+	var served []string
+	for _, route := range a.public.Routes() {
+		if !slices.Contains(a.admin.Routes(), route) {
+			served = append(served, publicServer+" "+route)
+		}
+	}
+	for _, route := range a.admin.Routes() {
+		served = append(served, adminServer+" "+route)
+	}
 	for _, route := range served {
 		if !pathParam.MatchString(route) && strings.Contains(route, "{") {
 			t.Errorf("route %q has a wildcard OpenAPI cannot write", route)
@@ -217,7 +247,7 @@ func TestOpenAPIAnswers(t *testing.T) {
 	var id string // of the first override created
 	for i, c := range calls {
 		target := strings.ReplaceAll(c.target, "{id}", id)
-		rec, route := exchange(t, router, a.h, c, target)
+		rec, route := exchange(t, router, a.handlers(), c, target)
 		exercised[route.Operation] = true
 		if rec.Code != c.want {
 			t.Errorf("call %d, %s %s: %d %s, want %d", i, c.method, target, rec.Code, rec.Body, c.want)
@@ -228,7 +258,7 @@ func TestOpenAPIAnswers(t *testing.T) {
 	}
 	a.notReady = true
 	for _, path := range []string{"/readyz", "/healthcheck"} {
-		rec, route := exchange(t, router, a.h, call{method: "GET", want: 503}, path)
+		rec, route := exchange(t, router, a.handlers(), call{method: "GET", want: 503}, path)
 		exercised[route.Operation] = true
 		if rec.Code != http.StatusServiceUnavailable {
 			t.Errorf("GET %s while not ready: %d, want 503", path, rec.Code)
@@ -245,10 +275,30 @@ func TestOpenAPIAnswers(t *testing.T) {
 
 // exchange sends c to h as target and validates the request (unless
 // c.invalid) and the answer against the document's route.
-func exchange(t *testing.T, router routers.Router, h http.Handler, c call, target string) (*httptest.ResponseRecorder, *routers.Route) {
+func exchange(t *testing.T, router routers.Router, handlers map[string]http.Handler, c call, target string) (*httptest.ResponseRecorder, *routers.Route) {
 	t.Helper()
+	var (
+		server      string
+		route       *routers.Route
+		params      map[string]string
+		unsupported []string
+	)
+	for base := range handlers {
+		r, p, err := router.FindRoute(httptest.NewRequest(c.method, base+target, nil))
+		if err != nil {
+			unsupported = append(unsupported, fmt.Sprintf("%s: %v", base, err))
+			continue
+		}
+		if route != nil {
+			t.Fatalf("%s %s: documented on both %s and %s", c.method, target, server, base)
+		}
+		server, route, params = base, r, p
+	}
+	if route == nil {
+		t.Fatalf("%s %s: not in the document: %s", c.method, target, strings.Join(unsupported, "; "))
+	}
 	newRequest := func() *http.Request {
-		req := httptest.NewRequest(c.method, target, strings.NewReader(c.body))
+		req := httptest.NewRequest(c.method, server+target, strings.NewReader(c.body))
 		if c.body != "" {
 			req.Header.Set("Content-Type", "application/json")
 		}
@@ -256,10 +306,6 @@ func exchange(t *testing.T, router routers.Router, h http.Handler, c call, targe
 			req.Header.Set("Authorization", "Bearer "+adminToken)
 		}
 		return req
-	}
-	route, params, err := router.FindRoute(newRequest())
-	if err != nil {
-		t.Fatalf("%s %s: not in the document: %v", c.method, target, err)
 	}
 	in := &openapi3filter.RequestValidationInput{
 		Request: newRequest(), PathParams: params, Route: route,
@@ -276,7 +322,7 @@ func exchange(t *testing.T, router routers.Router, h http.Handler, c call, targe
 		t.Errorf("%s %s: the request does not match the document: %v", c.method, target, err)
 	}
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, newRequest())
+	handlers[server].ServeHTTP(rec, newRequest())
 	body := rec.Body.Bytes()
 	out := &openapi3filter.ResponseValidationInput{
 		RequestValidationInput: in, Status: rec.Code, Header: rec.Header(),
@@ -305,7 +351,7 @@ func TestOpenAPIRejectsWrongAnswers(t *testing.T) {
 		{"missing field", "/v1/check", http.StatusBadRequest, `{"error":"x"}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			req := httptest.NewRequest(http.MethodPost, tc.target, strings.NewReader("{}"))
+			req := httptest.NewRequest(http.MethodPost, publicServer+tc.target, strings.NewReader("{}"))
 			route, params, err := router.FindRoute(req)
 			if err != nil {
 				t.Fatal(err)

@@ -221,7 +221,7 @@ func TestSecretsAdminTokensStayOut(t *testing.T) {
 		return strings.Contains(svc.get(t, svc.debugAddr, "/debug/config"), "search")
 	}, "the rules to load")
 	call := func(token, method, path, body string) int {
-		req, err := http.NewRequest(method, "http://"+svc.httpAddr+path, strings.NewReader(body))
+		req, err := http.NewRequest(method, "http://"+svc.adminAddr+path, strings.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -40,6 +40,7 @@ type service struct {
 	dir       string
 	grpcAddr  string
 	httpAddr  string
+	adminAddr string // "" while the admin API is off
 	debugAddr string
 	client    *rlsclient.Client
 	// stop cancels the App's context and returns Run's error; it runs
@@ -94,7 +95,7 @@ func startServiceLogging(t *testing.T, dir string, w io.Writer, tweak ...func(*a
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close() })
-	svc := &service{dir: dir, grpcAddr: r.GRPCAddr, httpAddr: r.HTTPAddr, debugAddr: r.DebugAddr, client: client, stop: r.Stop}
+	svc := &service{dir: dir, grpcAddr: r.GRPCAddr, httpAddr: r.HTTPAddr, adminAddr: r.AdminAddr, debugAddr: r.DebugAddr, client: client, stop: r.Stop}
 	return svc
 }
 

@@ -38,8 +38,8 @@ type Admin struct {
 
 // StartAdmin runs a tollgate serving AdminRules with the admin API on, by
 // OpsToken from a token file and EnvToken from the environment, until the
-// test ends.
-func StartAdmin(t testing.TB) *Admin {
+// test ends. Each of more, in order, then changes the settings.
+func StartAdmin(t testing.TB, more ...func(*app.Settings)) *Admin {
 	t.Helper()
 	a := &Admin{Dir: t.TempDir(), Logs: &logtest.Buffer{}}
 	a.TokenFile = filepath.Join(t.TempDir(), "tokens")
@@ -50,6 +50,9 @@ func StartAdmin(t testing.TB) *Admin {
 		Logger: slog.New(slog.NewTextHandler(a.Logs, nil)),
 		Settings: func(s *app.Settings) {
 			s.Admin.TokenFile, s.Admin.Token, s.Admin.AuditLog = a.TokenFile, EnvToken, a.AuditFile
+			for _, change := range more {
+				change(s)
+			}
 		},
 	})
 	return a

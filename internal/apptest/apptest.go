@@ -34,7 +34,8 @@ type Options struct {
 // Running is an App that Start runs, and where it listens.
 type Running struct {
 	*app.App
-	GRPCAddr, HTTPAddr, DebugAddr string
+	// AdminAddr is "" while the admin API is off.
+	GRPCAddr, HTTPAddr, AdminAddr, DebugAddr string
 
 	stop func() error
 }
@@ -53,7 +54,7 @@ func Start(t testing.TB, dir string, opts Options) *Running {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.ConfigDir, s.Listen.GRPC, s.Listen.HTTP, s.Listen.Debug = dir, "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	s.ConfigDir, s.Listen.GRPC, s.Listen.HTTP, s.Listen.Admin, s.Listen.Debug = dir, "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	s.Admin.AuditLog = filepath.Join(t.TempDir(), "audit.jsonl")
 	if opts.Settings != nil {
 		opts.Settings(&s)
@@ -74,7 +75,8 @@ func Start(t testing.TB, dir string, opts Options) *Running {
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
 	r := &Running{App: a}
-	r.GRPCAddr, r.HTTPAddr, r.DebugAddr = a.Addrs()
+	addrs := a.Addrs()
+	r.GRPCAddr, r.HTTPAddr, r.AdminAddr, r.DebugAddr = addrs.GRPC, addrs.HTTP, addrs.Admin, addrs.Debug
 	r.stop = sync.OnceValue(func() error {
 		cancel()
 		select {

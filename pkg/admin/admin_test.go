@@ -112,7 +112,12 @@ func newServer(t *testing.T) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.h = httpapi.New(httpapi.Options{Limiter: lim, Admin: adm, Logger: logger})
+	// The public listener's check beside the admin API, as a client
+	// sees them.
+	both := http.NewServeMux()
+	both.Handle("POST /v1/check", httpapi.New(httpapi.Options{Limiter: lim, Logger: logger}))
+	both.Handle("/", adm)
+	srv.h = both
 	return srv
 }
 

@@ -12,15 +12,16 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 )
 
 // The errors of Client, for errors.Is.
 var (
-	// ErrDisabled reports a tollgate whose admin API is off: it has no
-	// admin token configured.
-	ErrDisabled = errors.New("the admin API is not enabled there (no admin token is configured)")
+	// ErrDisabled reports an address where no admin API answers: nothing
+	// listens there, or an HTTP server that does not serve the API.
+	ErrDisabled = errors.New("no admin API there: tollgate serves it on its --admin-addr (127.0.0.1:8082 by default), and only when an admin token is configured")
 	// ErrUnauthorized reports a token the server refused.
 	ErrUnauthorized = errors.New("the admin token was refused")
 )
@@ -162,6 +163,9 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	resp, err := c.http.Do(req)
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return nil, fmt.Errorf("calling tollgate at %s: %w: %w", c.base.Host, err, ErrDisabled)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("calling tollgate at %s: %w", c.base.Host, err)
 	}

@@ -11,7 +11,6 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/admin"
 	"github.com/tollgatehq/tollgate/pkg/audit"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
-	"github.com/tollgatehq/tollgate/pkg/httpapi"
 )
 
 // newAudit returns the audit log the settings ask for: JSON lines appended
@@ -56,10 +55,10 @@ func (a *App) newTokens() (*admin.Tokens, error) {
 	})
 }
 
-// newAdminAPI returns the admin API, or nil (so that its paths answer
-// 404) when no admin token is configured. It needs the limiter and the
+// newAdminAPI returns the admin API, or nil (so that no listener opens
+// for it) when no admin token is configured. It needs the limiter and the
 // override registry built.
-func (a *App) newAdminAPI() (httpapi.Routed, error) {
+func (a *App) newAdminAPI() (*admin.Handler, error) {
 	if !a.tokens.Enabled() {
 		return nil, nil
 	}
@@ -75,7 +74,7 @@ func (a *App) newAdminAPI() (httpapi.Routed, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.logger.Info("admin API on", "tokens", a.tokens.Names())
+	a.logger.Info("admin API on", "tls", a.settings.AdminTLS.Cert != "", "tokens", a.tokens.Names())
 	return h, nil
 }
 

@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -19,7 +20,7 @@ import (
 // checks that the new token works and the removed one stops working.
 func TestAdminTokenRotation(t *testing.T) {
 	a := apptest.StartAdmin(t)
-	url := "http://" + a.HTTPAddr + "/v1/audit"
+	url := "http://" + a.AdminAddr + "/v1/audit"
 	if got := apptest.Status(t, http.MethodGet, url, apptest.OpsToken); got != http.StatusOK {
 		t.Fatalf("the file's token: %d", got)
 	}
@@ -68,5 +69,53 @@ func TestReloadAudited(t *testing.T) {
 		!reflect.DeepEqual(line.Before, map[string]any{"hash": before}) ||
 		!reflect.DeepEqual(line.After, map[string]any{"hash": after, "added": []any{"web"}, "changed": []any{"api"}}) {
 		t.Errorf("audit log line %s\nwant a reload from %s to %s adding web, changing api", data, before, after)
+	}
+}
+
+// TestAdminListener checks that the admin API has a listener of its own
+// and nothing else does: the public listener answers the admin paths 404
+// with a pointer to it, the admin listener serves no public path, the
+// start-up log names its address, and without a token it does not open.
+func TestAdminListener(t *testing.T) {
+	a := apptest.StartAdmin(t)
+	public, admin := "http://"+a.HTTPAddr, "http://"+a.AdminAddr
+	for _, c := range []struct {
+		method, url string
+		want        int
+	}{
+		{http.MethodGet, admin + "/v1/audit", http.StatusOK},
+		{http.MethodGet, admin + "/v1/overrides", http.StatusOK},
+		{http.MethodGet, public + "/v1/audit", http.StatusNotFound},
+		{http.MethodGet, public + "/v1/overrides", http.StatusNotFound},
+		{http.MethodPost, public + "/v1/reset", http.StatusNotFound},
+		{http.MethodPost, public + "/v1/remaining", http.StatusNotFound},
+		{http.MethodGet, admin + "/metrics", http.StatusNotFound},
+		{http.MethodGet, admin + "/healthcheck", http.StatusNotFound},
+		{http.MethodPost, admin + "/v1/check", http.StatusNotFound},
+	} {
+		if got := apptest.Status(t, c.method, c.url, apptest.OpsToken); got != c.want {
+			t.Errorf("%s %s: %d, want %d", c.method, c.url, got, c.want)
+		}
+	}
+	resp, err := http.Get(public + "/v1/overrides")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "own listener (--admin-addr") {
+		t.Errorf("the public listener's answer for an admin path: %s, want a pointer to --admin-addr", body)
+	}
+	polltest.Eventually(t, 5*time.Second, func() bool {
+		return strings.Contains(a.Logs.String(), "msg=\"tollgate serving\"")
+	}, "the start-up log")
+	if logs := a.Logs.String(); !strings.Contains(logs, "admin="+a.AdminAddr) {
+		t.Errorf("the start-up log does not name the admin listener %s:\n%s", a.AdminAddr, logs)
+	}
+
+	dir := t.TempDir()
+	apptest.WriteFile(t, filepath.Join(dir, "api.yaml"), apptest.AdminRules)
+	if off := apptest.Start(t, dir, apptest.Options{}); off.AdminAddr != "" {
+		t.Errorf("without an admin token the admin listener is open on %s", off.AdminAddr)
 	}
 }

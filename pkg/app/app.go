@@ -1,9 +1,10 @@
 // Package app wires tollgate together: settings, the descriptor reloader,
-// the store, the limiter, and the gRPC, HTTP and debug servers.
+// the store, the limiter, and the gRPC, HTTP, admin and debug servers.
 package app
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,8 +61,10 @@ type App struct {
 	// limiter decides, and resets counters (Limiter.Reset).
 	limiter *limiter.Limiter
 	grpc    *grpc.Server
-	http    *http.Server
-	debug   *http.Server
+	// http serves the check, health and metrics; admin the admin API
+	// (nil while it is off); debug pprof and /debug/config (nil when
+	// disabled).
+	http, admin, debug *httpServer
 
 	// store counts: the memory store or the Redis chain (store.go).
 	store *storeChain
@@ -92,7 +96,7 @@ type App struct {
 	// sends one per SIGHUP); nil forces none.
 	reload <-chan struct{}
 
-	grpcLis, httpLis, debugLis net.Listener
+	grpcLis net.Listener
 	// closers release what New acquired besides the store (the audit
 	// log's file), last acquired first, after the store closes.
 	closers []func() error
@@ -211,35 +215,54 @@ func (a *App) build(ctx context.Context) error {
 	}
 	grpcOpts = append(grpcOpts, s.Conns.grpcOptions()...)
 	if s.GRPCTLS.Cert != "" {
-		files, err := tlsfiles.New(tlsfiles.Options{
-			CertFile: s.GRPCTLS.Cert, KeyFile: s.GRPCTLS.Key, ClientCAFile: s.GRPCTLS.ClientCA, ClientSAN: s.GRPCTLS.ClientSAN,
-			Logger: a.logger.With("component", "grpc-tls"),
-		})
+		cfg, err := a.serverTLS(serverTLS(s.GRPCTLS), "gRPC")
 		if err != nil {
-			return fmt.Errorf("gRPC TLS: %w", err)
+			return err
 		}
-		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(files.TLSConfig())))
-		a.logger.Info("serving gRPC over TLS", "cert", s.GRPCTLS.Cert, "serial", files.Leaf().SerialNumber.Text(16),
-			"client_ca", s.GRPCTLS.ClientCA, "client_san", s.GRPCTLS.ClientSAN)
+		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(cfg)))
 	}
 	a.grpc = grpc.NewServer(grpcOpts...)
 	a.rls.Register(a.grpc)
+	if a.grpcLis, err = net.Listen("tcp", s.Listen.GRPC); err != nil {
+		return fmt.Errorf("listening for gRPC: %w", err)
+	}
 
 	adminAPI, err := a.newAdminAPI()
 	if err != nil {
 		return err
 	}
-	a.http = s.Conns.httpServer(httpapi.New(httpapi.Options{
+	public := httpapi.Options{
 		Limiter:     lim,
 		JSON:        a.rls.JSONHandler(),
 		Metrics:     a.telemetry.Handler(),
 		Ready:       a.ready,
 		Degraded:    a.degraded,
-		Admin:       adminAPI,
 		MaxBodySize: 1 << 20,
 		Logger:      a.logger,
 		Untrusted:   !s.Trust.trusts("http"),
-	}))
+	}
+	if adminAPI != nil {
+		public.AdminRoutes = adminAPI.Routes()
+	}
+	if a.http, err = a.listen("HTTP", s.Listen.HTTP, httpapi.New(public)); err != nil {
+		return err
+	}
+	a.http.lis = s.Conns.httpListener(a.http.lis)
+	if adminAPI != nil {
+		// No cap on connections, as for the debug server: the admin
+		// listener is not the public one, and an operator must reach it
+		// most when the public listener is full.
+		if a.admin, err = a.listen("admin", s.Listen.Admin, adminAPI); err != nil {
+			return err
+		}
+		if s.AdminTLS.Cert != "" {
+			cfg, err := a.serverTLS(serverTLS(s.AdminTLS), "admin")
+			if err != nil {
+				return err
+			}
+			a.admin.lis = tls.NewListener(a.admin.lis, cfg)
+		}
+	}
 	if s.Listen.Debug != "" {
 		// The HTTP server's timeouts, which a profile outlives: a CPU
 		// profile or an execution trace streams for as many seconds as
@@ -247,22 +270,58 @@ func (a *App) build(ctx context.Context) error {
 		// on by that many; a request without a body has no read deadline
 		// once its handler runs. No cap on connections: the operators
 		// must reach pprof most when the HTTP listener is full.
-		a.debug = s.Conns.httpServer(a.debugHandler())
-	}
-
-	if a.grpcLis, err = net.Listen("tcp", s.Listen.GRPC); err != nil {
-		return fmt.Errorf("listening for gRPC: %w", err)
-	}
-	if a.httpLis, err = net.Listen("tcp", s.Listen.HTTP); err != nil {
-		return fmt.Errorf("listening for HTTP: %w", err)
-	}
-	a.httpLis = s.Conns.httpListener(a.httpLis)
-	if a.debug != nil {
-		if a.debugLis, err = net.Listen("tcp", s.Listen.Debug); err != nil {
-			return fmt.Errorf("listening for debug: %w", err)
+		if a.debug, err = a.listen("debug", s.Listen.Debug, a.debugHandler()); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// httpServer is one of the App's HTTP servers and the listener it
+// serves on.
+type httpServer struct {
+	name string
+	srv  *http.Server
+	lis  net.Listener
+}
+
+// listen binds addr for an HTTP server of handler, with the settings'
+// timeouts.
+func (a *App) listen(name, addr string, handler http.Handler) (*httpServer, error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listening for %s: %w", name, err)
+	}
+	srv := a.settings.Conns.httpServer(handler)
+	// The server's own errors: failed TLS handshakes, a handler's panic.
+	srv.ErrorLog = slog.NewLogLogger(a.logger.With("component", strings.ToLower(name)).Handler(), slog.LevelWarn)
+	return &httpServer{name: name, srv: srv, lis: lis}, nil
+}
+
+// httpServers returns the App's HTTP servers that are on.
+func (a *App) httpServers() []*httpServer {
+	var on []*httpServer
+	for _, s := range []*httpServer{a.http, a.admin, a.debug} {
+		if s != nil {
+			on = append(on, s)
+		}
+	}
+	return on
+}
+
+// serverTLS returns the TLS configuration of server's settings t, which
+// re-reads the files when they change, and logs it.
+func (a *App) serverTLS(t serverTLS, server string) (*tls.Config, error) {
+	files, err := tlsfiles.New(tlsfiles.Options{
+		CertFile: t.Cert, KeyFile: t.Key, ClientCAFile: t.ClientCA, ClientSAN: t.ClientSAN,
+		Logger: a.logger.With("component", strings.ToLower(server)+"-tls"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s TLS: %w", server, err)
+	}
+	a.logger.Info("serving "+server+" over TLS", "cert", t.Cert, "serial", files.Leaf().SerialNumber.Text(16),
+		"client_ca", t.ClientCA, "client_san", t.ClientSAN)
+	return files.TLSConfig(), nil
 }
 
 // treeChanged is the reloader's OnChange. New rules make the gRPC health
@@ -346,13 +405,24 @@ func (a *App) debugHandler() http.Handler {
 	return mux
 }
 
-// Addrs returns the bound gRPC, HTTP and debug addresses ("" when the debug
-// server is disabled).
-func (a *App) Addrs() (grpcAddr, httpAddr, debugAddr string) {
-	if a.debugLis != nil {
-		debugAddr = a.debugLis.Addr().String()
+// Addrs are the addresses an App listens on.
+type Addrs struct {
+	GRPC, HTTP string
+	// Admin is "" while the admin API is off, Debug when the debug
+	// server is disabled.
+	Admin, Debug string
+}
+
+// Addrs returns the bound addresses.
+func (a *App) Addrs() Addrs {
+	addrs := Addrs{GRPC: a.grpcLis.Addr().String(), HTTP: a.http.lis.Addr().String()}
+	if a.admin != nil {
+		addrs.Admin = a.admin.lis.Addr().String()
 	}
-	return a.grpcLis.Addr().String(), a.httpLis.Addr().String(), debugAddr
+	if a.debug != nil {
+		addrs.Debug = a.debug.lis.Addr().String()
+	}
+	return addrs
 }
 
 // Run serves until ctx ends or a server fails, then shuts down gracefully:
@@ -363,7 +433,7 @@ func (a *App) Run(ctx context.Context) error {
 	defer cancel()
 
 	var wg sync.WaitGroup
-	errs := make(chan error, 5)
+	errs := make(chan error, 6)
 	serve := func(name string, fn func() error) {
 		wg.Go(func() {
 			if err := fn(); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, grpc.ErrServerStopped) {
@@ -373,9 +443,8 @@ func (a *App) Run(ctx context.Context) error {
 		})
 	}
 	serve("gRPC", func() error { return a.grpc.Serve(a.grpcLis) })
-	serve("HTTP", func() error { return a.http.Serve(a.httpLis) })
-	if a.debug != nil {
-		serve("debug", func() error { return a.debug.Serve(a.debugLis) })
+	for _, s := range a.httpServers() {
+		serve(s.name, func() error { return s.srv.Serve(s.lis) })
 	}
 	wg.Go(func() {
 		if err := a.reloader.Run(ctx); err != nil {
@@ -398,8 +467,8 @@ func (a *App) Run(ctx context.Context) error {
 	wg.Go(func() { a.store.probe(ctx, a.settings.Failure.BreakerOpenTime, a.settings.Failure.StoreTimeout) })
 	a.runOverrides(ctx, &wg)
 
-	grpcAddr, httpAddr, debugAddr := a.Addrs()
-	a.logger.Info("tollgate serving", "version", a.buildInfo.Version, "grpc", grpcAddr, "http", httpAddr, "debug", debugAddr,
+	addrs := a.Addrs()
+	a.logger.Info("tollgate serving", "version", a.buildInfo.Version, "grpc", addrs.GRPC, "http", addrs.HTTP, "admin", addrs.Admin, "debug", addrs.Debug,
 		"store", a.settings.Store, "config_type", a.settings.XDS.ConfigType, "config_dir", a.settings.ConfigDir, "config_hash", a.reloader.Status().Hash,
 		"tracing", a.telemetry.Tracing())
 
@@ -439,9 +508,8 @@ func (a *App) shutdown() {
 
 	stopped := make(chan struct{})
 	go func() { a.grpc.GracefulStop(); close(stopped) }()
-	_ = a.http.Shutdown(ctx)
-	if a.debug != nil {
-		_ = a.debug.Shutdown(ctx)
+	for _, s := range a.httpServers() {
+		_ = s.srv.Shutdown(ctx)
 	}
 	select {
 	case <-stopped:
@@ -454,10 +522,11 @@ func (a *App) shutdown() {
 
 // close releases what New acquired; it is safe on a partly built App.
 func (a *App) close() {
-	for _, l := range []net.Listener{a.grpcLis, a.httpLis, a.debugLis} {
-		if l != nil {
-			_ = l.Close()
-		}
+	if a.grpcLis != nil {
+		_ = a.grpcLis.Close()
+	}
+	for _, s := range a.httpServers() {
+		_ = s.lis.Close()
 	}
 	if a.store != nil {
 		for _, err := range a.store.Close() {

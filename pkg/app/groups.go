@@ -1,7 +1,6 @@
 package app
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -29,12 +28,14 @@ import (
 type ListenSettings struct {
 	GRPC  string `mapstructure:"grpc-addr"`
 	HTTP  string `mapstructure:"http-addr"`
+	Admin string `mapstructure:"admin-addr"` // opened only when the admin API is on
 	Debug string `mapstructure:"debug-addr"` // "" disables the debug server
 }
 
 func (ListenSettings) flags(fs *pflag.FlagSet) {
 	fs.String("grpc-addr", ":8081", "gRPC listen address (RateLimitService and health)")
 	fs.String("http-addr", ":8080", "HTTP listen address (/json, /v1/check, health, /metrics)")
+	fs.String("admin-addr", "127.0.0.1:8082", "admin API listen address (overrides, remaining, reset, audit), opened when an admin token is configured")
 	fs.String("debug-addr", "127.0.0.1:6070", "debug listen address (/debug/config, pprof); empty disables it")
 }
 
@@ -310,25 +311,45 @@ type GRPCTLSSettings struct {
 	ClientSAN string `mapstructure:"grpc-tls-client-san"`
 }
 
-func (GRPCTLSSettings) flags(fs *pflag.FlagSet) {
-	fs.String("grpc-tls-cert", "", "PEM certificate chain of the gRPC server; with --grpc-tls-key, serve gRPC over TLS (re-read when the file changes)")
-	fs.String("grpc-tls-key", "", "PEM private key of --grpc-tls-cert")
-	fs.String("grpc-tls-client-ca", "", "PEM CA certificates; gRPC clients must present a certificate signed by one (mutual TLS)")
-	fs.String("grpc-tls-client-san", "", "a subject alternative name gRPC client certificates must carry: DNS name, IP or URI (needs --grpc-tls-client-ca)")
+func (GRPCTLSSettings) flags(fs *pflag.FlagSet) { serverTLS{}.flags(fs, "grpc", "gRPC") }
+
+func (g GRPCTLSSettings) validate() []error { return serverTLS(g).validate("grpc") }
+
+// AdminTLSSettings serve the admin API over TLS, optionally mutual.
+type AdminTLSSettings struct {
+	Cert      string `mapstructure:"admin-tls-cert"`
+	Key       string `mapstructure:"admin-tls-key"`
+	ClientCA  string `mapstructure:"admin-tls-client-ca"`
+	ClientSAN string `mapstructure:"admin-tls-client-san"`
 }
 
-// validate reports incomplete gRPC TLS settings. Whether the files load is
+func (AdminTLSSettings) flags(fs *pflag.FlagSet) { serverTLS{}.flags(fs, "admin", "admin API") }
+
+func (g AdminTLSSettings) validate() []error { return serverTLS(g).validate("admin") }
+
+// serverTLS are the TLS settings of one server, whose flags are named
+// after it: PREFIX-tls-cert and so on.
+type serverTLS struct{ Cert, Key, ClientCA, ClientSAN string }
+
+func (serverTLS) flags(fs *pflag.FlagSet, prefix, server string) {
+	fs.String(prefix+"-tls-cert", "", "PEM certificate chain of the "+server+" server; with --"+prefix+"-tls-key, serve it over TLS (re-read when the file changes)")
+	fs.String(prefix+"-tls-key", "", "PEM private key of --"+prefix+"-tls-cert")
+	fs.String(prefix+"-tls-client-ca", "", "PEM CA certificates; "+server+" clients must present a certificate signed by one (mutual TLS)")
+	fs.String(prefix+"-tls-client-san", "", "a subject alternative name "+server+" client certificates must carry: DNS name, IP or URI (needs --"+prefix+"-tls-client-ca)")
+}
+
+// validate reports incomplete TLS settings. Whether the files load is
 // checked when the server starts.
-func (g GRPCTLSSettings) validate() []error {
+func (t serverTLS) validate(prefix string) []error {
 	var errs []error
-	if (g.Cert == "") != (g.Key == "") {
-		errs = append(errs, errors.New("grpc-tls-cert, grpc-tls-key: set both or neither"))
+	if (t.Cert == "") != (t.Key == "") {
+		errs = append(errs, fmt.Errorf("%[1]s-tls-cert, %[1]s-tls-key: set both or neither", prefix))
 	}
-	if g.ClientCA != "" && g.Cert == "" {
-		errs = append(errs, errors.New("grpc-tls-client-ca: needs grpc-tls-cert and grpc-tls-key"))
+	if t.ClientCA != "" && t.Cert == "" {
+		errs = append(errs, fmt.Errorf("%[1]s-tls-client-ca: needs %[1]s-tls-cert and %[1]s-tls-key", prefix))
 	}
-	if g.ClientSAN != "" && g.ClientCA == "" {
-		errs = append(errs, errors.New("grpc-tls-client-san: needs grpc-tls-client-ca"))
+	if t.ClientSAN != "" && t.ClientCA == "" {
+		errs = append(errs, fmt.Errorf("%[1]s-tls-client-san: needs %[1]s-tls-client-ca", prefix))
 	}
 	return errs
 }

@@ -37,7 +37,7 @@ func overrideDir(t *testing.T) string {
 // dialApp returns a client of a's gRPC server, closed when the test ends.
 func dialApp(t *testing.T, a *apptest.Running) *rlsclient.Client {
 	t.Helper()
-	grpcAddr, _, _ := a.Addrs()
+	grpcAddr := a.Addrs().GRPC
 	client, err := rlsclient.Dial(grpcAddr)
 	if err != nil {
 		t.Fatal(err)

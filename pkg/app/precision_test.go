@@ -95,7 +95,7 @@ func TestReloadReturnsLeases(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, logs := startLogged(t, dir, func(s *app.Settings) { s.Store, s.Redis.Addrs = "redis", []string{srv.Addr} })
-	grpcAddr, _, _ := a.Addrs()
+	grpcAddr := a.Addrs().GRPC
 	client, err := rlsclient.Dial(grpcAddr)
 	if err != nil {
 		t.Fatal(err)

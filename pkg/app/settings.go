@@ -45,6 +45,7 @@ type Settings struct {
 	Failure   FailureSettings  `mapstructure:",squash"`
 	Limits    LimitSettings    `mapstructure:",squash"`
 	Admin     AdminSettings    `mapstructure:",squash"`
+	AdminTLS  AdminTLSSettings `mapstructure:",squash"`
 	XDS       XDSSettings      `mapstructure:",squash"`
 	Overrides OverrideSettings `mapstructure:",squash"`
 
@@ -76,6 +77,7 @@ func Flags(fs *pflag.FlagSet) *pflag.FlagSet {
 	FailureSettings{}.flags(fs)
 	LimitSettings{}.flags(fs)
 	AdminSettings{}.flags(fs)
+	AdminTLSSettings{}.flags(fs)
 	XDSSettings{}.flags(fs)
 	OverrideSettings{}.flags(fs)
 	outer.AddFlagSet(fs)
@@ -170,7 +172,7 @@ func (s Settings) Validate() error {
 		errs = append(errs, err)
 	}
 	for _, group := range []interface{ validate() []error }{
-		s.Conns, s.Trust, s.Answers, s.Log, s.Tracing, s.GRPCTLS, s.Redis, s.Leases, s.Failure, s.Limits, s.Overrides,
+		s.Conns, s.Trust, s.Answers, s.Log, s.Tracing, s.GRPCTLS, s.Redis, s.Leases, s.Failure, s.Limits, s.AdminTLS, s.Overrides,
 	} {
 		errs = append(errs, group.validate()...)
 	}

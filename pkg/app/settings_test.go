@@ -29,7 +29,7 @@ func TestSettingsPrecedence(t *testing.T) {
 		{
 			name: "defaults",
 			want: func(s Settings) string {
-				return expect(s.Listen.GRPC == ":8081" && s.Listen.HTTP == ":8080" && s.Listen.Debug == "127.0.0.1:6070" &&
+				return expect(s.Listen.GRPC == ":8081" && s.Listen.HTTP == ":8080" && s.Listen.Admin == "127.0.0.1:8082" && s.Listen.Debug == "127.0.0.1:6070" &&
 					s.Store == "memory" && s.Rules.DefaultAlgorithm == "token_bucket" && s.Answers.Headers == "xratelimit" &&
 					!s.Answers.DynamicMetadata && s.Answers.DecisionMetadata && s.Rules.Precision == "strict" &&
 					s.Leases.Interval == 100*time.Millisecond && s.Leases.Lifetime == 0, s)
@@ -216,6 +216,10 @@ func TestSettingsErrors(t *testing.T) {
 		{[]string{"--grpc-tls-client-ca", "ca.crt"}, `grpc-tls-client-ca: needs grpc-tls-cert and grpc-tls-key`},
 		{[]string{"--grpc-tls-cert", "tls.crt", "--grpc-tls-key", "tls.key", "--grpc-tls-client-san", "envoy"},
 			`grpc-tls-client-san: needs grpc-tls-client-ca`},
+		{[]string{"--admin-tls-key", "tls.key"}, `admin-tls-cert, admin-tls-key: set both or neither`},
+		{[]string{"--admin-tls-client-ca", "ca.crt"}, `admin-tls-client-ca: needs admin-tls-cert and admin-tls-key`},
+		{[]string{"--admin-tls-cert", "tls.crt", "--admin-tls-key", "tls.key", "--admin-tls-client-san", "ops"},
+			`admin-tls-client-san: needs admin-tls-client-ca`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

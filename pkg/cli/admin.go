@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -17,16 +18,18 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/rlsclient"
 )
 
-// adminFlags are the flags every admin command takes: where tollgate is,
-// and the token to present.
+// adminFlags are the flags every admin command takes: where tollgate's
+// admin listener is, how to reach it, and the token to present.
 type adminFlags struct {
 	addr      string
+	tls       rlsclient.TLS
 	tokenFile string
 	timeout   time.Duration
 }
 
 func (f *adminFlags) register(fs *pflag.FlagSet) {
-	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "tollgate's HTTP address: host:port, or an http:// or https:// URL")
+	fs.StringVar(&f.addr, "addr", "127.0.0.1:8082", "tollgate's admin address (its --admin-addr): host:port, or an http:// or https:// URL")
+	f.tls.Flags(fs)
 	fs.StringVar(&f.tokenFile, "token-file", "", "file holding the admin token (its first TOKEN or NAME TOKEN line); default: TOLLGATE_ADMIN_TOKEN")
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Second, "deadline of the call")
 }
@@ -44,7 +47,20 @@ func (f *adminFlags) client(getenv func(string) string) (*admin.Client, error) {
 	if token == "" {
 		return nil, usageError("no admin token: give --token-file or set TOLLGATE_ADMIN_TOKEN")
 	}
-	c, err := admin.NewClient(admin.ClientOptions{Addr: f.addr, Token: token})
+	opts := admin.ClientOptions{Addr: f.addr, Token: token}
+	cfg, err := f.tls.Config()
+	if err != nil {
+		return nil, usageError("%v", err)
+	}
+	if cfg != nil {
+		transport := http.DefaultTransport.(*http.Transport).Clone()
+		transport.TLSClientConfig = cfg
+		opts.HTTPClient = &http.Client{Transport: transport}
+		if !strings.Contains(opts.Addr, "://") {
+			opts.Addr = "https://" + opts.Addr
+		}
+	}
+	c, err := admin.NewClient(opts)
 	if err != nil {
 		return nil, usageError("--addr: %v", err)
 	}
@@ -79,8 +95,9 @@ func newAdminCommand(c cli) *cobra.Command {
 		Short: "Call a running tollgate's admin API: overrides, remaining, reset, audit",
 		Long: `Call the admin API of a running tollgate over HTTP and print its JSON answer.
 The admin API is on when tollgate has an admin token (--admin-token-file or
-TOLLGATE_ADMIN_TOKEN); these commands present one, from --token-file or
-TOLLGATE_ADMIN_TOKEN.`,
+TOLLGATE_ADMIN_TOKEN), on its own listener (--admin-addr, 127.0.0.1:8082 by
+default); these commands present a token, from --token-file or
+TOLLGATE_ADMIN_TOKEN, and --tls-* reach a listener served over TLS.`,
 		RunE: groupRun,
 	}
 	var f adminFlags

@@ -12,14 +12,16 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/internal/apptest"
+	"github.com/tollgatehq/tollgate/pkg/app"
 	"github.com/tollgatehq/tollgate/pkg/override"
+	"github.com/tollgatehq/tollgate/pkg/tlsfiles/tlsfilestest"
 )
 
 // runAdmin runs `tollgate admin args...` against a, with env as the
 // environment, and returns its exit code, stdout and stderr.
 func runAdmin(t *testing.T, a *apptest.Admin, env map[string]string, args ...string) (int, string, string) {
 	t.Helper()
-	args = append([]string{"admin", "--addr", a.HTTPAddr}, args...)
+	args = append([]string{"admin", "--addr", a.AdminAddr}, args...)
 	return runEnv(t.Context(), env, args...)
 }
 
@@ -38,7 +40,8 @@ func postCheck(t *testing.T, addr, body string) {
 }
 
 // TestAdminOffWithoutToken checks that without an admin token the admin
-// paths are not served, and the CLI says so.
+// paths are not served and no admin listener opens, and that the CLI says
+// where the admin API is when it finds none.
 func TestAdminOffWithoutToken(t *testing.T) {
 	dir := t.TempDir()
 	apptest.WriteFile(t, filepath.Join(dir, "api.yaml"), apptest.AdminRules)
@@ -48,10 +51,52 @@ func TestAdminOffWithoutToken(t *testing.T) {
 			t.Errorf("GET %s: %d, want 404", path, got)
 		}
 	}
-	code, _, errOut := runEnv(t.Context(), map[string]string{"TOLLGATE_ADMIN_TOKEN": apptest.OpsToken},
-		"admin", "--addr", r.HTTPAddr, "overrides", "list")
-	if want := "tollgate admin overrides list: " + r.HTTPAddr + ": the admin API is not enabled there (no admin token is configured)\n"; code != 1 || errOut != want {
-		t.Errorf("exit %d, stderr %q; want 1, %q", code, errOut, want)
+	const hint = "no admin API there: tollgate serves it on its --admin-addr (127.0.0.1:8082 by default), and only when an admin token is configured\n"
+	env := map[string]string{"TOLLGATE_ADMIN_TOKEN": apptest.OpsToken}
+	code, _, errOut := runEnv(t.Context(), env, "admin", "--addr", r.HTTPAddr, "overrides", "list")
+	if want := "tollgate admin overrides list: " + r.HTTPAddr + ": " + hint; code != 1 || errOut != want {
+		t.Errorf("the public listener: exit %d, stderr %q; want 1, %q", code, errOut, want)
+	}
+	closed := closedPort(t)
+	code, _, errOut = runEnv(t.Context(), env, "admin", "--addr", closed, "audit")
+	if code != 1 || !strings.Contains(errOut, "connection refused: "+hint) {
+		t.Errorf("a closed port: exit %d, stderr %q; want 1, connection refused and %q", code, errOut, hint)
+	}
+}
+
+// TestAdminOverTLS serves the admin API over mutual TLS and calls it with
+// the CLI's --tls-* flags: with the client certificate it answers, without
+// it or in plaintext it does not.
+func TestAdminOverTLS(t *testing.T) {
+	serverCA, clientCA := tlsfilestest.NewCA(t, "server CA"), tlsfilestest.NewCA(t, "client CA")
+	dir := t.TempDir()
+	certFile, keyFile := serverCA.Server(t, tlsfilestest.Names{DNS: []string{"tollgate.test"}}).Write(t, dir)
+	caFile, clientCAFile := filepath.Join(dir, "server-ca.crt"), filepath.Join(dir, "client-ca.crt")
+	tlsfilestest.WriteFile(t, caFile, serverCA.PEM)
+	tlsfilestest.WriteFile(t, clientCAFile, clientCA.PEM)
+	clientCert, clientKey := clientCA.Client(t, tlsfilestest.Names{DNS: []string{"ops.test"}}).Write(t, t.TempDir())
+	a := apptest.StartAdmin(t, func(s *app.Settings) {
+		s.AdminTLS.Cert, s.AdminTLS.Key, s.AdminTLS.ClientCA, s.AdminTLS.ClientSAN = certFile, keyFile, clientCAFile, "ops.test"
+	})
+	env := map[string]string{"TOLLGATE_ADMIN_TOKEN": apptest.OpsToken}
+	server := []string{"--tls-ca", caFile, "--tls-server-name", "tollgate.test"}
+	for _, c := range []struct {
+		name    string
+		flags   []string
+		wantErr string // "" for success
+	}{
+		{"mutual", append([]string{"--tls-cert", clientCert, "--tls-key", clientKey}, server...), ""},
+		{"no client certificate", server, "certificate required"},
+		{"plaintext", nil, "an HTTP request to an HTTPS server"},
+	} {
+		args := append(append([]string{"admin", "--addr", a.AdminAddr}, c.flags...), "audit", "--limit", "1")
+		code, _, errOut := runEnv(t.Context(), env, args...)
+		switch {
+		case c.wantErr == "" && code != 0:
+			t.Errorf("%s: exit %d: %s", c.name, code, errOut)
+		case c.wantErr != "" && (code != 1 || !strings.Contains(errOut, c.wantErr)):
+			t.Errorf("%s: exit %d, stderr %q; want 1 and %q", c.name, code, errOut, c.wantErr)
+		}
 	}
 }
 

@@ -1,6 +1,6 @@
 // Package httpapi serves tollgate over HTTP: a friendly JSON check
 // (POST /v1/check), envoyproxy/ratelimit's POST /json, health and readiness
-// probes, Prometheus metrics and, when it is enabled, the admin API.
+// probes and Prometheus metrics. The admin API has a listener of its own.
 //
 // The JSON of the check is exported (ReadCheckRequest, NewCheckResponse)
 // so that the admin API's /v1/remaining and /v1/reset read and answer
@@ -41,22 +41,16 @@ type Options struct {
 	// Degraded returns why a ready service answers without its store, or
 	// ""; /readyz reports it and stays 200. Nil is never degraded.
 	Degraded func() string
-	// Admin serves the admin API beside the check; nil leaves its paths
-	// unserved (404).
-	Admin       Routed
+	// AdminRoutes are the admin API's patterns, which this listener
+	// answers 404 with a pointer to the admin listener (--admin-addr),
+	// for a caller who has not learnt that the API moved there.
+	AdminRoutes []string
 	MaxBodySize int64 // default 1 MiB
 	Logger      *slog.Logger
 	// Untrusted marks /v1/check's callers as a source that may not charge
 	// always or refund (limiter.Request.Untrusted): its "charge" and
 	// "refund" are answered 400.
 	Untrusted bool
-}
-
-// Routed is an http.Handler that serves a fixed set of http.ServeMux
-// patterns, such as "GET /v1/overrides/{id}".
-type Routed interface {
-	http.Handler
-	Routes() []string
 }
 
 // Handler is the HTTP API.
@@ -89,12 +83,15 @@ func New(opts Options) *Handler {
 	h.handle("GET /healthz", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") }))
 	h.handle("GET /readyz", http.HandlerFunc(h.ready))
 	h.handle("GET /healthcheck", http.HandlerFunc(h.ready)) // envoyproxy/ratelimit's path
-	if opts.Admin != nil {
-		for _, pattern := range opts.Admin.Routes() {
-			h.handle(pattern, opts.Admin)
-		}
+	for _, pattern := range opts.AdminRoutes {
+		h.handle(pattern, http.HandlerFunc(adminElsewhere))
 	}
 	return h
+}
+
+// adminElsewhere answers a call of the admin API on the public listener.
+func adminElsewhere(w http.ResponseWriter, _ *http.Request) {
+	WriteError(w, http.StatusNotFound, "the admin API is served on its own listener (--admin-addr, 127.0.0.1:8082 by default), not here")
 }
 
 func (h *Handler) handle(pattern string, handler http.Handler) {

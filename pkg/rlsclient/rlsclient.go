@@ -4,6 +4,7 @@ package rlsclient
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"strings"
@@ -92,8 +93,21 @@ func (t *TLS) Flags(fs *pflag.FlagSet) {
 
 // Credentials returns the transport credentials that t describes.
 func (t TLS) Credentials() (credentials.TransportCredentials, error) {
-	if t == (TLS{}) {
+	cfg, err := t.Config()
+	switch {
+	case err != nil:
+		return nil, err
+	case cfg == nil:
 		return insecure.NewCredentials(), nil
+	}
+	return credentials.NewTLS(cfg), nil
+}
+
+// Config returns the TLS configuration that t describes, or nil when t is
+// the zero TLS: no TLS.
+func (t TLS) Config() (*tls.Config, error) {
+	if t == (TLS{}) {
+		return nil, nil
 	}
 	cfg, err := tlsfiles.ClientConfig(tlsfiles.ClientOptions{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, ServerName: t.ServerName})
 	if caErr, ok := errors.AsType[*tlsfiles.CAError](err); ok {
@@ -108,10 +122,7 @@ func (t TLS) Credentials() (credentials.TransportCredentials, error) {
 		}
 		return nil, fmt.Errorf("loading the TLS client certificate %s: %w", t.CertFile, certErr.Err)
 	}
-	if err != nil {
-		return nil, err
-	}
-	return credentials.NewTLS(cfg), nil
+	return cfg, err
 }
 
 // Conn returns the underlying connection, for other services on it.
