@@ -34,10 +34,12 @@ COPY --from=build /out/tollgate /bin/ratelimit
 # that envoyproxy/ratelimit's RUNTIME_ROOT can choose it instead.
 WORKDIR /etc/tollgate
 COPY config-examples/ /etc/tollgate/config/
-# The debug listener (/debug/config, which lists the live overrides, and
-# pprof) keeps its default, the container's loopback: nothing outside the
-# container reaches it. Expose it deliberately, with --debug-addr :6070 or
-# TOLLGATE_DEBUG_ADDR=:6070, and publish it to the host's loopback only.
+# The admin listener (overrides, reset, audit; on with an admin token) and
+# the debug listener (/debug/config, which lists the live overrides, and
+# pprof) keep their defaults, the container's loopback: nothing outside the
+# container reaches them. Expose one deliberately, with --admin-addr :8082
+# or --debug-addr :6070 (or TOLLGATE_ADMIN_ADDR, TOLLGATE_DEBUG_ADDR), and
+# publish it to the host's loopback only.
 USER 65532:65532
 # gRPC (RateLimitService, grpc.health.v1), HTTP (/v1/check, /metrics,
 # /healthz, /readyz).

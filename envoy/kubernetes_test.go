@@ -21,6 +21,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -107,6 +108,7 @@ type objects struct {
 	services    []*corev1.Service
 	deployments []*appsv1.Deployment
 	pdbs        []*policyv1.PodDisruptionBudget
+	policies    []*networkingv1.NetworkPolicy
 	where       map[any]document
 }
 
@@ -134,6 +136,9 @@ func (o *objects) decode(d document) error {
 	case "policy/v1 PodDisruptionBudget":
 		v := &policyv1.PodDisruptionBudget{}
 		o.pdbs, obj = append(o.pdbs, v), v
+	case "networking.k8s.io/v1 NetworkPolicy":
+		v := &networkingv1.NetworkPolicy{}
+		o.policies, obj = append(o.policies, v), v
 	default:
 		return fmt.Errorf("%s: apiVersion %q kind %q is not one the test knows", d, tm.APIVersion, tm.Kind)
 	}
@@ -360,8 +365,12 @@ func manifestProblems(o *objects, f tollgateFacts) []string {
 	}
 	for _, e := range c.Env {
 		if name, ok := strings.CutPrefix(e.Name, "TOLLGATE_"); ok {
-			if flagName := strings.ToLower(strings.ReplaceAll(name, "_", "-")); !f.flags[flagName] && name != "REDIS_PASSWORD" {
+			secret := name == "REDIS_PASSWORD" || name == "ADMIN_TOKEN"
+			if flagName := strings.ToLower(strings.ReplaceAll(name, "_", "-")); !f.flags[flagName] && !secret {
 				add("env %s names no setting of tollgate serve", e.Name)
+			}
+			if secret && (e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil) {
+				add("env %s: a secret, want it from a Secret (valueFrom.secretKeyRef)", e.Name)
 			}
 		}
 	}
@@ -394,6 +403,14 @@ func manifestProblems(o *objects, f tollgateFacts) []string {
 			add("Service %s: grpc port %d, want %d like Envoy's configurations", svc.Name, svc.Spec.Ports[i].Port, f.grpcPort)
 		}
 	}
+
+	// The admin API stays on the pod's loopback, for kubectl port-forward.
+	if addr, ok := args["admin-addr"]; ok {
+		if host, _, err := net.SplitHostPort(addr); err != nil || !net.ParseIP(host).IsLoopback() {
+			add("--admin-addr %q: want the pod's loopback, which kubectl port-forward reaches", addr)
+		}
+	}
+	problems = append(problems, policyProblems(o, dep)...)
 
 	// Probes, on paths tollgate's HTTP handler really serves.
 	for _, p := range []struct {
@@ -440,6 +457,75 @@ func manifestProblems(o *objects, f tollgateFacts) []string {
 	}
 	if n, err := strconv.Atoi(port); err != nil || !slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return int(p.Port) == n }) {
 		add("--redis-addrs port %s is not a port of Service %s", port, svc.Name)
+	}
+	return problems
+}
+
+// policyProblems checks the NetworkPolicies: each selects one Deployment,
+// every Deployment is selected by one, and every rule names its ports,
+// which the selected pods have. tollgate admits gRPC from the gateways and
+// HTTP from a selected scraper only; Redis admits tollgate's pods only.
+func policyProblems(o *objects, tollgate *appsv1.Deployment) []string {
+	var problems []string
+	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	byDeployment := map[*appsv1.Deployment]*networkingv1.NetworkPolicy{}
+	for _, np := range o.policies {
+		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+		deps := o.selected(np.Namespace, sel)
+		if err != nil || sel.Empty() || len(deps) != 1 {
+			add("%s: NetworkPolicy %s selects %d Deployments, want 1", o.where[np], np.Name, len(deps))
+			continue
+		}
+		byDeployment[deps[0]] = np
+		if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
+			add("%s: NetworkPolicy %s: policyTypes %v, want [Ingress]", o.where[np], np.Name, np.Spec.PolicyTypes)
+		}
+		for i, rule := range np.Spec.Ingress {
+			if len(rule.Ports) == 0 || len(rule.From) == 0 {
+				add("%s: NetworkPolicy %s: ingress rule %d admits every port or every peer", o.where[np], np.Name, i)
+			}
+			for _, p := range rule.Ports {
+				if p.Port == nil {
+					add("%s: NetworkPolicy %s: ingress rule %d has a port without a number or name", o.where[np], np.Name, i)
+				} else if _, err := containerPort(deps[0].Spec.Template.Spec.Containers, *p.Port); err != nil {
+					add("%s: NetworkPolicy %s: ingress rule %d: %v", o.where[np], np.Name, i, err)
+				}
+			}
+		}
+	}
+	for _, dep := range o.deployments {
+		if byDeployment[dep] == nil {
+			add("%s: no NetworkPolicy selects Deployment %s", o.where[dep], dep.Name)
+		}
+	}
+	if np := byDeployment[tollgate]; np != nil {
+		admitted := map[string]bool{}
+		for _, rule := range np.Spec.Ingress {
+			for _, p := range rule.Ports {
+				if p.Port == nil {
+					continue
+				}
+				admitted[p.Port.String()] = true
+				if p.Port.String() == "http" && slices.ContainsFunc(rule.From, func(peer networkingv1.NetworkPolicyPeer) bool { return peer.PodSelector == nil }) {
+					add("%s: NetworkPolicy %s admits HTTP from every pod of a namespace; want the scraper's pods only", o.where[np], np.Name)
+				}
+			}
+		}
+		if !admitted["grpc"] || !admitted["http"] || len(admitted) != 2 {
+			add("%s: NetworkPolicy %s admits ports %v, want grpc and http only", o.where[np], np.Name, slices.Sorted(maps.Keys(admitted)))
+		}
+	}
+	if dep := o.deployment(redisName); dep != nil && byDeployment[dep] != nil && tollgate != nil {
+		np := byDeployment[dep]
+		for _, rule := range np.Spec.Ingress {
+			for _, peer := range rule.From {
+				sel, err := metav1.LabelSelectorAsSelector(peer.PodSelector)
+				if peer.PodSelector == nil || peer.NamespaceSelector != nil || peer.IPBlock != nil || err != nil ||
+					!slices.Equal(o.selected(np.Namespace, sel), []*appsv1.Deployment{tollgate}) {
+					add("%s: NetworkPolicy %s admits a peer other than tollgate's pods: write access to Redis is admin access", o.where[np], np.Name)
+				}
+			}
+		}
 	}
 	return problems
 }
@@ -520,6 +606,13 @@ func TestBreakingTheManifests(t *testing.T) {
 		{"grpc port", "kubernetes/tollgate.yaml", "containerPort: 8081", "containerPort: 9091", `container port "grpc" is 9091, tollgate listens on 8081`},
 		{"stale rules", "kubernetes/rules.yaml", "requests_per_unit: 60", "requests_per_unit: 61", "key access-lists.yaml does not hold config-examples/access-lists.yaml as it is"},
 		{"wrong namespace", "kubernetes/redis.yaml", "namespace: tollgate", "namespace: default", `redis is in namespace "default", want "tollgate"`},
+		{"admin on every interface", "kubernetes/tollgate.yaml", "--log-format=json", "--log-format=json\n            - --admin-addr=:8082", `--admin-addr ":8082": want the pod's loopback`},
+		{"admin token in the manifest", "kubernetes/tollgate.yaml", "valueFrom:\n                secretKeyRef:\n                  name: tollgate-admin\n                  key: token\n                  optional: true", "value: changeme-0123456789abcdef", "env TOLLGATE_ADMIN_TOKEN: a secret, want it from a Secret"},
+		{"policy admits every port", "kubernetes/tollgate.yaml", "      ports:\n        - port: grpc\n          protocol: TCP\n", "", "ingress rule 0 admits every port or every peer"},
+		{"policy port not the pod's", "kubernetes/tollgate.yaml", "        - port: http\n          protocol: TCP\n", "        - port: metrics\n          protocol: TCP\n", "no container port metrics"},
+		{"scraped from every pod", "kubernetes/tollgate.yaml", "          podSelector:\n            matchLabels:\n              app.kubernetes.io/name: prometheus\n", "", "admits HTTP from every pod of a namespace"},
+		{"redis open to a namespace", "kubernetes/redis.yaml", "        - podSelector:\n            matchLabels:\n              app.kubernetes.io/name: tollgate\n", "        - namespaceSelector: {}\n", "admits a peer other than tollgate's pods"},
+		{"redis without a policy", "kubernetes/redis.yaml", "  podSelector:\n    matchLabels:\n      app.kubernetes.io/name: redis\n  policyTypes", "  podSelector:\n    matchLabels:\n      app.kubernetes.io/name: redi\n  policyTypes", "no NetworkPolicy selects Deployment redis"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
