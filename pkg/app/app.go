@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
 
 	"github.com/tollgatehq/tollgate/pkg/admin"
 	"github.com/tollgatehq/tollgate/pkg/audit"
@@ -199,6 +201,7 @@ func (a *App) build(ctx context.Context) error {
 		Limiter: lim, Logger: a.logger, TracerProvider: tracer,
 		ResponseDynamicMetadata: s.Answers.DynamicMetadata, OmitDecisionMetadata: !s.Answers.DecisionMetadata,
 		UntrustedGRPC: !s.Trust.trusts("grpc"), UntrustedJSON: !s.Trust.trusts("http"),
+		TrustCaller: trustCertified(s.Trust.sans()),
 	})
 	if a.reloader.Current() == nil {
 		// Rules over xDS come after the start: until they do, Envoy's
@@ -322,6 +325,27 @@ func (a *App) serverTLS(t serverTLS, server string) (*tls.Config, error) {
 	a.logger.Info("serving "+server+" over TLS", "cert", t.Cert, "serial", files.Leaf().SerialNumber.Text(16),
 		"client_ca", t.ClientCA, "client_san", t.ClientSAN)
 	return files.TLSConfig(), nil
+}
+
+// trustCertified returns the rls.Options.TrustCaller that trusts a gRPC
+// caller whose verified client certificate carries one of sans, or nil
+// without sans.
+func trustCertified(sans []string) func(context.Context) bool {
+	if len(sans) == 0 {
+		return nil
+	}
+	return func(ctx context.Context) bool {
+		p, ok := peer.FromContext(ctx)
+		if !ok {
+			return false
+		}
+		info, ok := p.AuthInfo.(credentials.TLSInfo)
+		if !ok || len(info.State.VerifiedChains) == 0 {
+			return false
+		}
+		leaf := info.State.VerifiedChains[0][0]
+		return slices.ContainsFunc(sans, func(san string) bool { return tlsfiles.HasSAN(leaf, san) })
+	}
 }
 
 // treeChanged is the reloader's OnChange. New rules make the gRPC health

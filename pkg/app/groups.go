@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -154,21 +155,32 @@ func (c ConnectionSettings) grpcOptions() []grpc.ServerOption {
 // (tollgate.charge, "charge") and refunds (is_negative_hits, "refund"),
 // with which a caller can lock a client out or erase its counter: "grpc",
 // the RateLimitService (Envoy, which the gRPC listener's TLS or a network
-// policy should admit alone), and "http", /v1/check and /json on the HTTP
-// listener. Any other source's are refused: InvalidArgument, or 400.
+// policy should admit alone), "san:NAME", the RateLimitService's callers
+// whose verified client certificate carries NAME (with mutual TLS), and
+// "http", /v1/check and /json on the HTTP listener. Any other source's are
+// refused: InvalidArgument, or 400.
 type TrustSettings struct {
 	Sources []string `mapstructure:"trusted-sources"`
 }
 
+// sanSource prefixes a trusted source that is a client certificate's
+// subject alternative name.
+const sanSource = "san:"
+
 func (TrustSettings) flags(fs *pflag.FlagSet) {
-	fs.StringSlice("trusted-sources", []string{"grpc"}, "sources whose charge markers (tollgate.charge, \"charge\") and refunds (is_negative_hits, \"refund\") are honoured: grpc (the RateLimitService), http (/v1/check and /json); others are refused")
+	fs.StringSlice("trusted-sources", []string{"grpc"}, "sources whose charge markers (tollgate.charge, \"charge\") and refunds (is_negative_hits, \"refund\") are honoured: grpc (every RateLimitService caller), san:NAME (a RateLimitService caller whose client certificate carries NAME; needs --grpc-tls-client-ca), http (/v1/check and /json); others are refused")
 }
 
 func (t TrustSettings) validate() []error {
 	var errs []error
 	for _, src := range t.Sources {
-		if src != "grpc" && src != "http" {
-			errs = append(errs, fmt.Errorf("trusted-sources: unknown source %q (want grpc or http)", src))
+		switch name, isSAN := strings.CutPrefix(src, sanSource); {
+		case isSAN && name == "":
+			errs = append(errs, fmt.Errorf("trusted-sources: %q names no subject alternative name", src))
+		case isSAN && t.trusts("grpc"):
+			errs = append(errs, fmt.Errorf("trusted-sources: %q with grpc, which trusts every gRPC caller: list san:NAME alone to trust only those callers", src))
+		case !isSAN && src != "grpc" && src != "http":
+			errs = append(errs, fmt.Errorf("trusted-sources: unknown source %q (want grpc, http or san:NAME)", src))
 		}
 	}
 	return errs
@@ -176,6 +188,17 @@ func (t TrustSettings) validate() []error {
 
 // trusts reports whether src is a trusted source.
 func (t TrustSettings) trusts(src string) bool { return slices.Contains(t.Sources, src) }
+
+// sans returns the subject alternative names of the trusted sources.
+func (t TrustSettings) sans() []string {
+	var names []string
+	for _, src := range t.Sources {
+		if name, ok := strings.CutPrefix(src, sanSource); ok && name != "" {
+			names = append(names, name)
+		}
+	}
+	return names
+}
 
 // RuleSettings are the defaults of rules that name none (nor their
 // domain's defaults), and the global shadow mode. Settings.descriptorOptions

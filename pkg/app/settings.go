@@ -171,6 +171,9 @@ func (s Settings) Validate() error {
 	if _, err := s.descriptorOptions(); err != nil {
 		errs = append(errs, err)
 	}
+	if len(s.Trust.sans()) > 0 && s.GRPCTLS.ClientCA == "" {
+		errs = append(errs, errors.New("trusted-sources: san:NAME needs grpc-tls-client-ca: without client certificates no caller carries a name"))
+	}
 	for _, group := range []interface{ validate() []error }{
 		s.Conns, s.Trust, s.Answers, s.Log, s.Tracing, s.GRPCTLS, s.Redis, s.Leases, s.Failure, s.Limits, s.AdminTLS, s.Overrides,
 	} {

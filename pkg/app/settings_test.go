@@ -173,7 +173,10 @@ func TestSettingsErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"--store", "etcd"}, `store: unknown store "etcd" (want memory or redis)`},
-		{[]string{"--trusted-sources", "grpc,udp"}, `trusted-sources: unknown source "udp" (want grpc or http)`},
+		{[]string{"--trusted-sources", "grpc,udp"}, `trusted-sources: unknown source "udp" (want grpc, http or san:NAME)`},
+		{[]string{"--trusted-sources", "san:"}, `trusted-sources: "san:" names no subject alternative name`},
+		{[]string{"--trusted-sources", "grpc,san:envoy"}, `trusted-sources: "san:envoy" with grpc, which trusts every gRPC caller`},
+		{[]string{"--trusted-sources", "san:envoy"}, `trusted-sources: san:NAME needs grpc-tls-client-ca`},
 		{[]string{"--default-algorithm", "leaky"}, `default-algorithm: unknown algorithm "leaky"`},
 		{[]string{"--default-charge", "sometimes"}, `default-charge: unknown charge "sometimes" (want admitted or always)`},
 		{[]string{"--precision", "exact"}, `precision: unknown precision "exact" (want strict or cached)`},

@@ -15,12 +15,14 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/app"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/rlsclient"
+	"github.com/tollgatehq/tollgate/pkg/tlsfiles/tlsfilestest"
 )
 
 // TestTrustedSources sends a charge marker and a refund from each source:
 // by default only the gRPC service's are honoured, and /v1/check and
 // /json answer 400 and count the refusal; --trusted-sources http honours
-// them there, and without grpc the gRPC service refuses them.
+// them there, and without grpc the gRPC service refuses them; san:NAME
+// honours them from the gRPC callers whose certificate carries NAME only.
 func TestTrustedSources(t *testing.T) {
 	dir := t.TempDir()
 	apptest.WriteFile(t, filepath.Join(dir, "api.yaml"), apptest.AdminRules)
@@ -38,20 +40,20 @@ func TestTrustedSources(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	grpcCode := func(t *testing.T, a *apptest.Running) codes.Code {
+	marked := []descriptor.Entry{{Key: "api_key", Value: "victim"}, {Key: "tollgate.charge", Value: "always"}}
+	query := func(t *testing.T, a *apptest.Running, tls rlsclient.TLS, entries []descriptor.Entry) codes.Code {
 		t.Helper()
-		client, err := rlsclient.Dial(a.GRPCAddr)
+		client, err := rlsclient.DialTLS(a.GRPCAddr, tls)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer client.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_, err = client.Query(ctx, rlsclient.Request{Domain: "api", Descriptors: [][]descriptor.Entry{
-			{{Key: "api_key", Value: "victim"}, {Key: "tollgate.charge", Value: "always"}},
-		}})
+		_, err = client.Query(ctx, rlsclient.Request{Domain: "api", Descriptors: [][]descriptor.Entry{entries}})
 		return status.Code(err)
 	}
+	grpcCode := func(t *testing.T, a *apptest.Running) codes.Code { return query(t, a, rlsclient.TLS{}, marked) }
 
 	t.Run("default", func(t *testing.T) {
 		a := apptest.Start(t, dir, apptest.Options{})
@@ -76,6 +78,37 @@ func TestTrustedSources(t *testing.T) {
 		}
 		if code := grpcCode(t, a); code != codes.InvalidArgument {
 			t.Errorf("gRPC with a charge marker: %v, want InvalidArgument", code)
+		}
+	})
+	t.Run("client certificates", func(t *testing.T) {
+		serverCA, clientCA := tlsfilestest.NewCA(t, "server CA"), tlsfilestest.NewCA(t, "client CA")
+		certDir := t.TempDir()
+		certFile, keyFile := serverCA.Server(t, tlsfilestest.Names{DNS: []string{"tollgate.test"}}).Write(t, certDir)
+		caFile, clientCAFile := filepath.Join(certDir, "ca.crt"), filepath.Join(certDir, "client-ca.crt")
+		tlsfilestest.WriteFile(t, caFile, serverCA.PEM)
+		tlsfilestest.WriteFile(t, clientCAFile, clientCA.PEM)
+		a := apptest.Start(t, dir, apptest.Options{Settings: func(s *app.Settings) {
+			s.GRPCTLS.Cert, s.GRPCTLS.Key, s.GRPCTLS.ClientCA = certFile, keyFile, clientCAFile
+			s.Trust.Sources = []string{"san:gateway.test"}
+		}})
+		as := func(name string) rlsclient.TLS {
+			cert, key := clientCA.Client(t, tlsfilestest.Names{DNS: []string{name}}).Write(t, t.TempDir())
+			return rlsclient.TLS{CAFile: caFile, ServerName: "tollgate.test", CertFile: cert, KeyFile: key}
+		}
+		gateway, other := as("gateway.test"), as("other.test")
+		for _, c := range []struct {
+			name    string
+			tls     rlsclient.TLS
+			entries []descriptor.Entry
+			want    codes.Code
+		}{
+			{"the named caller's charge marker", gateway, marked, codes.OK},
+			{"another caller's charge marker", other, marked, codes.InvalidArgument},
+			{"another caller's plain call", other, marked[:1], codes.OK},
+		} {
+			if got := query(t, a, c.tls, c.entries); got != c.want {
+				t.Errorf("%s: %v, want %v", c.name, got, c.want)
+			}
 		}
 	})
 }

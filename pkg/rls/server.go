@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
 
@@ -92,6 +93,10 @@ type Options struct {
 	// and of POST /json as from sources that may not charge always or
 	// refund (limiter.Request.Untrusted).
 	UntrustedGRPC, UntrustedJSON bool
+	// TrustCaller, if not nil, reports whether the caller of an untrusted
+	// call that carries a charge marker or a refund is trusted after all,
+	// such as by its client certificate. It is asked of no other call.
+	TrustCaller func(context.Context) bool
 }
 
 // Server implements rlsv3.RateLimitServiceServer.
@@ -109,6 +114,7 @@ type Server struct {
 	omitDecisions     bool // Options.OmitDecisionMetadata
 	untrustedGRPC     bool // Options.UntrustedGRPC
 	untrustedJSON     bool // Options.UntrustedJSON
+	trustCaller       func(context.Context) bool
 }
 
 var _ rlsv3.RateLimitServiceServer = (*Server)(nil)
@@ -125,6 +131,7 @@ func New(opts Options) *Server {
 		omitDecisions:     opts.OmitDecisionMetadata,
 		untrustedGRPC:     opts.UntrustedGRPC,
 		untrustedJSON:     opts.UntrustedJSON,
+		trustCaller:       opts.TrustCaller,
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -213,7 +220,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if err != nil {
 		return nil, s.grpcError(ctx, err)
 	}
-	lreq.Untrusted = untrusted
+	lreq.Untrusted = untrusted && !(s.trustCaller != nil && privileged(lreq) && s.trustCaller(ctx))
 	lresp := &sc.resp
 	if s.into != nil {
 		err = s.into.CheckInto(ctx, lreq, lresp)
@@ -315,6 +322,17 @@ func convert(req *rlsv3.RateLimitRequest, sc *scratch) (*limiter.Request, error)
 	}
 	sc.req = limiter.Request{Domain: req.GetDomain(), Descriptors: sc.descs, Hits: req.GetHitsAddend()}
 	return &sc.req, nil
+}
+
+// privileged reports whether req charges always or refunds, which only a
+// trusted caller may.
+func privileged(req *limiter.Request) bool {
+	for _, d := range req.Descriptors {
+		if d.Refund || slices.ContainsFunc(d.Entries, func(e descriptor.Entry) bool { return e.Key == limiter.ChargeKey }) {
+			return true
+		}
+	}
+	return false
 }
 
 // unitOf converts an override unit; its values equal descriptor.Unit's.

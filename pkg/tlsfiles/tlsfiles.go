@@ -253,7 +253,7 @@ func (s *Server) build(contents [][]byte) (*tls.Config, *x509.Certificate, error
 	}
 	if san := s.opts.ClientSAN; san != "" {
 		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
-			if len(cs.PeerCertificates) == 0 || !hasSAN(cs.PeerCertificates[0], san) {
+			if len(cs.PeerCertificates) == 0 || !HasSAN(cs.PeerCertificates[0], san) {
 				return fmt.Errorf("%w %q", ErrClientSAN, san)
 			}
 			return nil
@@ -262,9 +262,9 @@ func (s *Server) build(contents [][]byte) (*tls.Config, *x509.Certificate, error
 	return cfg, cert.Leaf, nil
 }
 
-// hasSAN reports whether cert carries san as a DNS name or IP address (as
+// HasSAN reports whether cert carries san as a DNS name or IP address (as
 // x509 matches host names) or as a URI.
-func hasSAN(cert *x509.Certificate, san string) bool {
+func HasSAN(cert *x509.Certificate, san string) bool {
 	if cert.VerifyHostname(san) == nil {
 		return true
 	}
