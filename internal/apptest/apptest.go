@@ -36,6 +36,8 @@ type Running struct {
 	*app.App
 	// AdminAddr is "" while the admin API is off.
 	GRPCAddr, HTTPAddr, AdminAddr, DebugAddr string
+	// AuditFile is the audit log's file.
+	AuditFile string
 
 	stop func() error
 }
@@ -74,7 +76,7 @@ func Start(t testing.TB, dir string, opts Options) *Running {
 	}
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
-	r := &Running{App: a}
+	r := &Running{App: a, AuditFile: s.Admin.AuditLog}
 	addrs := a.Addrs()
 	r.GRPCAddr, r.HTTPAddr, r.AdminAddr, r.DebugAddr = addrs.GRPC, addrs.HTTP, addrs.Admin, addrs.Debug
 	r.stop = sync.OnceValue(func() error {

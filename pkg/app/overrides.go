@@ -9,6 +9,7 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/tollgatehq/tollgate/pkg/audit"
 	"github.com/tollgatehq/tollgate/pkg/fleet"
 	"github.com/tollgatehq/tollgate/pkg/override"
 	overrideredis "github.com/tollgatehq/tollgate/pkg/override/redis"
@@ -34,6 +35,7 @@ func (a *App) newOverrides(ctx context.Context, meters metric.MeterProvider) err
 		MaxTTL:          s.Overrides.MaxTTL,
 		RefreshInterval: s.Overrides.Refresh,
 		OnChange:        a.overridesChanged,
+		OnLearned:       a.auditLearned,
 		Logger:          a.logger,
 		MeterProvider:   meters,
 	}
@@ -114,4 +116,13 @@ func (a *App) writeOverrides(w io.Writer) {
 		fmt.Fprintf(w, "override %s: domain %s, entries %v, %s, until %s, by %q, reason %q\n",
 			o.ID, o.Domain, entries, what, o.ExpiresAt.Format(time.RFC3339), o.CreatedBy, o.Reason)
 	}
+}
+
+// auditLearned records an override that appeared in the store without
+// this instance's admin API: another instance's, or one written to Redis
+// directly, which only whoever can write there could do.
+func (a *App) auditLearned(ctx context.Context, o override.Override) {
+	a.audit.Record(ctx, audit.Entry{
+		Actor: "store", Action: audit.ActionOverrideLearn, Target: o.ID, After: o, Reason: o.Reason,
+	})
 }

@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -162,6 +163,12 @@ func testOverridesFleet(t *testing.T, redisType string, addrs []string) {
 		o := create(t, a, "acme", time.Hour)
 		polltest.Eventually(t, time.Second, func() bool { return limitName(tenantStatus(t, cb, "acme")) == "override:"+o.ID },
 			"the other instance does not apply override %s", o.ID)
+		// Audited after the snapshot that applies it is stored.
+		learned := `"actor":"store","action":"override.learn","target":"` + o.ID + `"`
+		polltest.Eventually(t, time.Second, func() bool {
+			audited, err := os.ReadFile(b.AuditFile)
+			return err == nil && strings.Contains(string(audited), learned)
+		}, "the other instance does not audit the override it learned: no %s", learned)
 		if _, err := b.Overrides().Delete(context.Background(), o.ID); err != nil {
 			t.Fatal(err)
 		}

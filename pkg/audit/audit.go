@@ -28,15 +28,19 @@ const DefaultSize = 1000
 const (
 	ActionOverrideCreate = "override.create"
 	ActionOverrideDelete = "override.delete"
-	ActionReset          = "reset"
-	ActionReload         = "reload"
+	// ActionOverrideLearn is an override this instance found in the
+	// store, made elsewhere.
+	ActionOverrideLearn = "override.learn"
+	ActionReset         = "reset"
+	ActionReload        = "reload"
 )
 
 // Entry is one audited change.
 type Entry struct {
 	Time time.Time `json:"time"`
-	// Actor names who made the change: an admin token's name, or "reload"
-	// for a configuration reload.
+	// Actor names who made the change: an admin token's name, "reload"
+	// for a configuration reload, or "store" for an override learned from
+	// the store.
 	Actor  string `json:"actor"`
 	Action string `json:"action"`
 	// Target names what changed, such as an override's id or a domain.

@@ -92,6 +92,11 @@ type Options struct {
 	// the app drops local state (leases, over-limit cache entries) of the
 	// counters they cover. Calls are serialized.
 	OnChange func(changed []Override)
+	// OnLearned, when set, is called for each override a refresh finds
+	// that this registry did not make: made by another instance, by
+	// anyone who can write to the backend, or before a restart. The app
+	// audits it. Calls are serialized.
+	OnLearned func(context.Context, Override)
 	// Now is the clock of expiry and CreatedAt; nil means time.Now.
 	Now func() time.Time
 	// Logger gets one line per change; nil discards.
@@ -111,6 +116,7 @@ type Registry struct {
 	interval time.Duration
 	publish  func(context.Context) error
 	onChange func([]Override)
+	learned  func(context.Context, Override)
 	now      func() time.Time
 	log      *slog.Logger
 
@@ -140,6 +146,7 @@ func NewRegistry(opts Options) (*Registry, error) {
 		interval: cmp.Or(opts.RefreshInterval, DefaultRefreshInterval),
 		publish:  opts.Publish,
 		onChange: opts.OnChange,
+		learned:  opts.OnLearned,
 		now:      opts.Now,
 		log:      opts.Logger,
 		kick:     make(chan struct{}, 1),
@@ -350,6 +357,9 @@ func (r *Registry) swap(ctx context.Context, all []Override) {
 			} else {
 				// Made by another instance, or before a restart.
 				r.log.LogAttrs(ctx, slog.LevelInfo, "override learned from the store", describe(o)...)
+				if r.learned != nil {
+					r.learned(ctx, o)
+				}
 			}
 		}
 	}
