@@ -220,7 +220,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if err != nil {
 		return nil, s.grpcError(ctx, err)
 	}
-	lreq.Untrusted = untrusted && !(s.trustCaller != nil && privileged(lreq) && s.trustCaller(ctx))
+	lreq.Untrusted = untrusted && !s.trustedCaller(ctx, lreq)
 	lresp := &sc.resp
 	if s.into != nil {
 		err = s.into.CheckInto(ctx, lreq, lresp)
@@ -322,6 +322,12 @@ func convert(req *rlsv3.RateLimitRequest, sc *scratch) (*limiter.Request, error)
 	}
 	sc.req = limiter.Request{Domain: req.GetDomain(), Descriptors: sc.descs, Hits: req.GetHitsAddend()}
 	return &sc.req, nil
+}
+
+// trustedCaller reports whether Options.TrustCaller trusts the caller of
+// req, asking only when req charges always or refunds.
+func (s *Server) trustedCaller(ctx context.Context, req *limiter.Request) bool {
+	return s.trustCaller != nil && privileged(req) && s.trustCaller(ctx)
 }
 
 // privileged reports whether req charges always or refunds, which only a
