@@ -2,14 +2,20 @@ package app_test
 
 import (
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/tollgatehq/tollgate/internal/apptest"
+	"github.com/tollgatehq/tollgate/internal/logtest"
+	"github.com/tollgatehq/tollgate/internal/polltest"
+	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/pkg/app"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 )
@@ -116,5 +122,54 @@ func TestDescriptorValues(t *testing.T) {
 				t.Errorf("the created override %s lacks %s", created, want)
 			}
 		})
+	}
+}
+
+// TestDescriptorValuesLearned checks, with --descriptor-values hash, the
+// lines of an instance that learns an override from Redis (made on
+// another) and hears of its deletion: they show the key's hash, never the
+// key, while the instance applies the override to the key.
+func TestDescriptorValuesLearned(t *testing.T) {
+	const secret = "sk-live-90ac7e11d4b2"
+	srv := redistest.StartStandalone(t)
+	dir := t.TempDir()
+	apptest.WriteFile(t, filepath.Join(dir, "api.yaml"), apptest.AdminRules)
+	settings := func(s *app.Settings) {
+		s.Store, s.Redis.Addrs, s.Redis.KeyPrefix = "redis", []string{srv.Addr}, "dv"
+		s.Redis.Timeout, s.Failure.StoreTimeout = time.Second, 5*time.Second
+		s.Admin.Token = apptest.EnvToken
+		s.Values.DescriptorValues = "hash"
+	}
+	logs := &logtest.Buffer{}
+	a := apptest.Start(t, dir, apptest.Options{Settings: settings})
+	b := apptest.Start(t, dir, apptest.Options{Settings: settings, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	for _, x := range []*apptest.Running{a, b} {
+		polltest.Eventually(t, 5*time.Second, func() bool { return x.FleetListening() }, "the fleet channel is not subscribed")
+	}
+	code, body := adminCall(t, a, http.MethodPost, "/v1/overrides",
+		`{"domain":"api","entries":[{"key":"api_key","value":"`+secret+`"}],"multiplier":5,"expires_in":"1h"}`)
+	if code != http.StatusCreated {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	list, err := a.Overrides().List(t.Context(), "api")
+	if err != nil || len(list) != 1 {
+		t.Fatalf("overrides %+v, %v; want one", list, err)
+	}
+	id, hashed := list[0].ID, descriptor.ValuesHash.Show(secret)
+	learned := `msg="override learned from the store" component=overrides id=` + id + ` domain=api entries="api_key=` + hashed + `"`
+	polltest.Eventually(t, 5*time.Second, func() bool { return strings.Contains(logs.String(), learned) },
+		"the other instance does not log %s", learned)
+	if got := limitName(send(t, dialApp(t, b), "api", descriptor.Entry{Key: "api_key", Value: secret}).Statuses[0]); got != "override:"+id {
+		t.Errorf("the other instance answers the key with limit %q, want override:%s", got, id)
+	}
+	if code, body := adminCall(t, b, http.MethodDelete, "/v1/overrides/"+id, ""); code != http.StatusOK {
+		t.Fatalf("delete on the other instance: %d %s", code, body)
+	}
+	text := logs.String()
+	if want := `msg="override deleted" component=overrides id=` + id + ` domain=api entries="api_key=` + hashed + `"`; !strings.Contains(text, want) {
+		t.Errorf("the log lacks %s:\n%s", want, text)
+	}
+	if strings.Contains(text, secret) {
+		t.Errorf("the log shows %s:\n%s", secret, text)
 	}
 }
