@@ -122,8 +122,10 @@ func (a *App) writeOverrides(w io.Writer) {
 
 // auditLearned records an override that appeared in the store without
 // this instance's admin API: another instance's, or one written to Redis
-// directly, which only whoever can write there could do.
+// directly, which only whoever can write there could do. Its values show
+// as --descriptor-values says.
 func (a *App) auditLearned(ctx context.Context, o override.Override) {
+	o.Entries = a.settings.Values.view().ShowEntries(o.Entries)
 	a.audit.Record(ctx, audit.Entry{
 		Actor: "store", Action: audit.ActionOverrideLearn, Target: o.ID, After: o, Reason: o.Reason,
 	})

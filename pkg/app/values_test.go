@@ -126,9 +126,10 @@ func TestDescriptorValues(t *testing.T) {
 }
 
 // TestDescriptorValuesLearned checks, with --descriptor-values hash, the
-// lines of an instance that learns an override from Redis (made on
-// another) and hears of its deletion: they show the key's hash, never the
-// key, while the instance applies the override to the key.
+// log lines and the audit (file and GET /v1/audit) of an instance that
+// learns an override from Redis, made on another, and deletes it: they
+// show the key's hash, never the key, while the instance applies the
+// override to the key.
 func TestDescriptorValuesLearned(t *testing.T) {
 	const secret = "sk-live-90ac7e11d4b2"
 	srv := redistest.StartStandalone(t)
@@ -140,9 +141,12 @@ func TestDescriptorValuesLearned(t *testing.T) {
 		s.Admin.Token = apptest.EnvToken
 		s.Values.DescriptorValues = "hash"
 	}
-	logs := &logtest.Buffer{}
+	logs, bAudit := &logtest.Buffer{}, filepath.Join(t.TempDir(), "audit.jsonl")
 	a := apptest.Start(t, dir, apptest.Options{Settings: settings})
-	b := apptest.Start(t, dir, apptest.Options{Settings: settings, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	b := apptest.Start(t, dir, apptest.Options{Logger: slog.New(slog.NewTextHandler(logs, nil)), Settings: func(s *app.Settings) {
+		settings(s)
+		s.Admin.AuditLog = bAudit
+	}})
 	for _, x := range []*apptest.Running{a, b} {
 		polltest.Eventually(t, 5*time.Second, func() bool { return x.FleetListening() }, "the fleet channel is not subscribed")
 	}
@@ -165,11 +169,24 @@ func TestDescriptorValuesLearned(t *testing.T) {
 	if code, body := adminCall(t, b, http.MethodDelete, "/v1/overrides/"+id, ""); code != http.StatusOK {
 		t.Fatalf("delete on the other instance: %d %s", code, body)
 	}
-	text := logs.String()
-	if want := `msg="override deleted" component=overrides id=` + id + ` domain=api entries="api_key=` + hashed + `"`; !strings.Contains(text, want) {
-		t.Errorf("the log lacks %s:\n%s", want, text)
+	if want := `msg="override deleted" component=overrides id=` + id + ` domain=api entries="api_key=` + hashed + `"`; !strings.Contains(logs.String(), want) {
+		t.Errorf("the log lacks %s:\n%s", want, logs)
 	}
-	if strings.Contains(text, secret) {
-		t.Errorf("the log shows %s:\n%s", secret, text)
+	code, audited := adminCall(t, b, http.MethodGet, "/v1/audit", "")
+	if code != http.StatusOK {
+		t.Fatalf("audit: %d %s", code, audited)
+	}
+	auditFile, err := os.ReadFile(bAudit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	learnedEntry := `"actor":"store","action":"override.learn","target":"` + id + `","after":{"id":"` + id + `","domain":"api","entries":[{"key":"api_key","value":"` + hashed + `"}]`
+	for name, text := range map[string]string{"the log": logs.String(), "GET /v1/audit": audited, "the audit file": string(auditFile)} {
+		if strings.Contains(text, secret) {
+			t.Errorf("%s: %s appears in\n%s", name, secret, text)
+		}
+		if name != "the log" && !strings.Contains(text, learnedEntry) {
+			t.Errorf("%s: no %s in\n%s", name, learnedEntry, text)
+		}
 	}
 }
