@@ -27,6 +27,12 @@
 // Errors are JSON, {"error": "...", "status": "400"}, as /v1/check's are.
 // A delete or a reset may give its reason as ?reason=, which the audit
 // keeps.
+//
+// Descriptor values show in answers and in the audit as Options.Values
+// says; calls take them as they are, so an override created with a plain
+// value applies to it, and a reset of the plain value clears its counters,
+// while the answers show its hash. Overrides are named by their ids, which
+// are random and never derived from a value.
 package admin
 
 import (
@@ -103,6 +109,10 @@ type Options struct {
 	// Logger receives refused calls and failures, with the token's name
 	// and never the token. Nil discards.
 	Logger *slog.Logger
+	// Values is how answers and audit entries show descriptor values; the
+	// zero value shows them as they are. The override registry is given
+	// the same, for its refusals.
+	Values descriptor.ValueView
 	// MeterProvider gets tollgate_admin_refused_total; nil means a no-op.
 	MeterProvider metric.MeterProvider
 }
@@ -296,11 +306,12 @@ func (h *Handler) createOverride(w http.ResponseWriter, r *http.Request, actor s
 		h.fail(w, "creating an override", err)
 		return
 	}
+	shown := h.show(created)
 	h.opts.Audit.Record(r.Context(), audit.Entry{
-		Actor: actor, Action: audit.ActionOverrideCreate, Target: created.ID, After: created, Reason: created.Reason,
+		Actor: actor, Action: audit.ActionOverrideCreate, Target: created.ID, After: shown, Reason: created.Reason,
 	})
 	w.Header().Set("Location", "/v1/overrides/"+created.ID)
-	httpapi.WriteJSON(w, http.StatusCreated, created)
+	httpapi.WriteJSON(w, http.StatusCreated, shown)
 }
 
 // overrideList is the answer of GET /v1/overrides.
@@ -314,10 +325,11 @@ func (h *Handler) listOverrides(w http.ResponseWriter, r *http.Request, _ string
 		h.fail(w, "listing overrides", err)
 		return
 	}
-	if list == nil {
-		list = []override.Override{}
+	shown := make([]override.Override, len(list))
+	for i, o := range list {
+		shown[i] = h.show(o)
 	}
-	httpapi.WriteJSON(w, http.StatusOK, overrideList{Overrides: list})
+	httpapi.WriteJSON(w, http.StatusOK, overrideList{Overrides: shown})
 }
 
 func (h *Handler) getOverride(w http.ResponseWriter, r *http.Request, _ string) {
@@ -326,7 +338,7 @@ func (h *Handler) getOverride(w http.ResponseWriter, r *http.Request, _ string) 
 		h.fail(w, "reading an override", err)
 		return
 	}
-	httpapi.WriteJSON(w, http.StatusOK, o)
+	httpapi.WriteJSON(w, http.StatusOK, h.show(o))
 }
 
 func (h *Handler) deleteOverride(w http.ResponseWriter, r *http.Request, actor string) {
@@ -335,10 +347,11 @@ func (h *Handler) deleteOverride(w http.ResponseWriter, r *http.Request, actor s
 		h.fail(w, "deleting an override", err)
 		return
 	}
+	shown := h.show(o)
 	h.opts.Audit.Record(r.Context(), audit.Entry{
-		Actor: actor, Action: audit.ActionOverrideDelete, Target: o.ID, Before: o, Reason: r.URL.Query().Get("reason"),
+		Actor: actor, Action: audit.ActionOverrideDelete, Target: o.ID, Before: shown, Reason: r.URL.Query().Get("reason"),
 	})
-	httpapi.WriteJSON(w, http.StatusOK, o)
+	httpapi.WriteJSON(w, http.StatusOK, shown)
 }
 
 // remaining answers the body of /v1/check as /v1/check would, with every
@@ -395,7 +408,7 @@ func (h *Handler) reset(w http.ResponseWriter, r *http.Request, actor string) {
 	for i, c := range counters {
 		out.Reset[i] = resetCounter{Descriptor: c.Descriptor, Limit: httpapi.LimitJSON(c.Limit)}
 		if c.Descriptor >= 0 && c.Descriptor < len(req.Descriptors) {
-			out.Reset[i].Entries = append(out.Reset[i].Entries, req.Descriptors[c.Descriptor].Entries...)
+			out.Reset[i].Entries = append(out.Reset[i].Entries, h.opts.Values.ShowEntries(req.Descriptors[c.Descriptor].Entries)...)
 		}
 		if c.Rule != nil {
 			out.Reset[i].Rule = c.Rule.Path
@@ -423,6 +436,13 @@ func (h *Handler) auditLog(w http.ResponseWriter, r *http.Request, _ string) {
 		limit = n
 	}
 	httpapi.WriteJSON(w, http.StatusOK, auditResponse{Entries: h.opts.Audit.Last(limit)})
+}
+
+// show returns o as answers and the audit show it: its descriptor values
+// as Options.Values says.
+func (h *Handler) show(o override.Override) override.Override {
+	o.Entries = h.opts.Values.ShowEntries(o.Entries)
+	return o
 }
 
 // decode decodes the JSON body of r into v, strictly: an unknown field or

@@ -66,6 +66,13 @@ type server struct {
 
 func newServer(t *testing.T) *server {
 	t.Helper()
+	return newServerShowing(t, descriptor.ValuesPlain)
+}
+
+// newServerShowing is newServer with the registry and the admin API
+// showing descriptor values as values says.
+func newServerShowing(t *testing.T, values descriptor.ValueView) *server {
+	t.Helper()
 	tree, err := descriptor.LoadFS(fstest.MapFS{"api.yaml": {Data: []byte(rules)}}, descriptor.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -78,7 +85,7 @@ func newServer(t *testing.T) *server {
 		t.Fatal(err)
 	}
 	registry, err := override.NewRegistry(override.Options{
-		Backend: backend, Tree: func() *descriptor.Tree { return tree }, Now: clock, Logger: logger,
+		Backend: backend, Tree: func() *descriptor.Tree { return tree }, Now: clock, Logger: logger, Values: values,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +114,7 @@ func newServer(t *testing.T) *server {
 	srv.metric = metric
 	adm, err := admin.New(admin.Options{
 		Tokens: tokens, Overrides: registry, Limiter: lim, Resetter: lim, Audit: srv.audit, Now: clock, Logger: logger,
-		MeterProvider: meters,
+		MeterProvider: meters, Values: values,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -638,5 +645,76 @@ func TestRefusalsLogThrottled(t *testing.T) {
 	s.call(t, "", http.MethodGet, "/v1/overrides", "")
 	if logs := s.logs.String(); !strings.Contains(logs, "without a bearer token refused") || !strings.Contains(logs, "unlogged_refusals=4") {
 		t.Fatalf("a refusal a second later did not log the 4 left unlogged:\n%s", logs)
+	}
+}
+
+// TestHashedValues runs every admin route with a secret-looking value
+// under ValuesHash: no answer, audit entry or log line shows it, they show
+// its hash, and the calls that take it plain still act on it.
+func TestHashedValues(t *testing.T) {
+	const secret = "sk-live-4f9c2a7e1b8d"
+	hashed := descriptor.ValuesHash.Show(secret)
+	s := newServerShowing(t, descriptor.ValuesHash)
+	var answers []string
+	call := func(method, target, body string, wantCode int) string {
+		t.Helper()
+		code, got := s.call(t, aliceToken, method, target, body)
+		if code != wantCode {
+			t.Fatalf("%s %s: %d %s, want %d", method, target, code, got, wantCode)
+		}
+		answers = append(answers, got)
+		return got
+	}
+	check := `{"domain":"api","descriptors":[{"entries":[{"key":"api_key","value":"` + secret + `"}]}]}`
+	limitName := func() string {
+		t.Helper()
+		return decode[httpapi.CheckResponse](t, call(http.MethodPost, "/v1/remaining", check, http.StatusOK)).Statuses[0].Limit.Name
+	}
+
+	created := decode[override.Override](t, call(http.MethodPost, "/v1/overrides",
+		`{"domain":"api","entries":[{"key":"api_key","value":"`+secret+`"}],"multiplier":5,"expires_in":"1h"}`, http.StatusCreated))
+	want := []descriptor.Entry{{Key: "api_key", Value: hashed}}
+	if !reflect.DeepEqual(created.Entries, want) {
+		t.Errorf("created entries %v, want %v", created.Entries, want)
+	}
+	if got := limitName(); got != "override:"+created.ID {
+		t.Errorf("the plain value's limit %q, want override:%s: the override must apply to the value it was made with", got, created.ID)
+	}
+	list := decode[struct{ Overrides []override.Override }](t, call(http.MethodGet, "/v1/overrides", "", http.StatusOK)).Overrides
+	if len(list) != 1 || !reflect.DeepEqual(list[0], created) {
+		t.Errorf("listed %+v, want %+v", list, created)
+	}
+	if got := decode[override.Override](t, call(http.MethodGet, "/v1/overrides/"+created.ID, "", http.StatusOK)); !reflect.DeepEqual(got, created) {
+		t.Errorf("GET one: %+v, want %+v", got, created)
+	}
+	refused := call(http.MethodPost, "/v1/overrides",
+		`{"domain":"api","entries":[{"key":"tier","value":"`+secret+`"}],"multiplier":2,"expires_in":"1h"}`, http.StatusBadRequest)
+	if want := errorJSON(http.StatusBadRequest, `invalid override: entries tier=`+hashed+` resolve to no rule with a limit in domain "api"`); refused != want {
+		t.Errorf("refusal %s, want %s", refused, want)
+	}
+	reset := call(http.MethodPost, "/v1/reset", check, http.StatusOK)
+	if want := `{"domain":"api","reset":[{"descriptor":0,"entries":[{"key":"api_key","value":"` + hashed + `"}],"rule":"api_key",` +
+		`"limit":{"name":"override:` + created.ID + `","requests_per_unit":10,"unit":"minute","algorithm":"fixed_window"}}]}` + "\n"; reset != want {
+		t.Errorf("reset answered\n%s\nwant\n%s", reset, want)
+	}
+	if got := decode[override.Override](t, call(http.MethodDelete, "/v1/overrides/"+created.ID, "", http.StatusOK)); !reflect.DeepEqual(got, created) {
+		t.Errorf("DELETE: %+v, want %+v", got, created)
+	}
+	if got := limitName(); got != "" {
+		t.Errorf("the plain value's limit after the delete %q, want the rule's", got)
+	}
+	audited := call(http.MethodGet, "/v1/audit", "", http.StatusOK)
+
+	for name, text := range map[string]string{
+		"answers": strings.Join(answers, ""), "the audit's lines": s.auditLines.String(), "the log": s.logs.String(),
+	} {
+		if strings.Contains(text, secret) {
+			t.Errorf("%s show %s:\n%s", name, secret, text)
+		}
+	}
+	for name, text := range map[string]string{"/v1/audit": audited, "the audit's lines": s.auditLines.String(), "the log": s.logs.String()} {
+		if n := strings.Count(text, hashed); n < 2 {
+			t.Errorf("%s show %s %d times, want the create and the delete at least:\n%s", name, hashed, n, text)
+		}
 	}
 }

@@ -70,6 +70,7 @@ func (a *App) newAdminAPI() (*admin.Handler, error) {
 		Audit:         a.audit,
 		Logger:        a.logger,
 		MeterProvider: a.telemetry.MeterProvider(),
+		Values:        a.settings.Values.view(),
 	})
 	if err != nil {
 		return nil, err

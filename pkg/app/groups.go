@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/limiter"
 	"github.com/tollgatehq/tollgate/pkg/store/redis"
 	"github.com/tollgatehq/tollgate/pkg/telemetry"
@@ -281,6 +282,32 @@ func parseLevel(s string) (slog.Level, error) {
 	var l slog.Level
 	err := l.UnmarshalText([]byte(s))
 	return l, err
+}
+
+// ValueSettings choose how descriptor values, often API keys, show on
+// the surfaces operators read: the logs, the audit, the admin API's
+// answers and /debug/config (descriptor.ValueView). What Envoy is
+// answered, and what Redis and the state file keep, is not changed.
+type ValueSettings struct {
+	DescriptorValues string `mapstructure:"descriptor-values"`
+}
+
+func (ValueSettings) flags(fs *pflag.FlagSet) {
+	fs.String("descriptor-values", "plain", "how logs, the audit, admin answers and /debug/config show descriptor values: plain (as they are) or hash (sha256: and 12 hex digits of their SHA-256); keys show as they are")
+}
+
+func (v ValueSettings) validate() []error {
+	if _, err := descriptor.ParseValueView(v.DescriptorValues); err != nil {
+		return []error{fmt.Errorf("descriptor-values: %w", err)}
+	}
+	return nil
+}
+
+// view returns the value view the settings ask for; validate has checked
+// it.
+func (v ValueSettings) view() descriptor.ValueView {
+	view, _ := descriptor.ParseValueView(v.DescriptorValues)
+	return view
 }
 
 // TracingSettings choose where spans go and how many are sampled

@@ -38,6 +38,7 @@ func (a *App) newOverrides(ctx context.Context, meters metric.MeterProvider) err
 		OnLearned:       a.auditLearned,
 		Logger:          a.logger,
 		MeterProvider:   meters,
+		Values:          s.Values.view(),
 	}
 	if !a.store.Remote() {
 		backend, err := statefile.Open(s.Overrides.StateDir, statefile.Options{Logger: a.logger})
@@ -94,9 +95,10 @@ func (a *App) overridesChanged(changed []override.Override) {
 	a.events.OverridesChanged(prefixes)
 }
 
-// writeOverrides writes the live overrides for /debug/config.
+// writeOverrides writes the live overrides for /debug/config, their
+// values as --descriptor-values says.
 func (a *App) writeOverrides(w io.Writer) {
-	now := time.Now()
+	now, values := time.Now(), a.settings.Values.view()
 	var live []override.Override
 	for _, o := range a.overrides.Current().All() {
 		if now.Before(o.ExpiresAt) {
@@ -111,7 +113,7 @@ func (a *App) writeOverrides(w io.Writer) {
 		}
 		var entries []any
 		for _, e := range o.Entries {
-			entries = append(entries, e.Key+"="+e.Value)
+			entries = append(entries, e.Key+"="+values.Show(e.Value))
 		}
 		fmt.Fprintf(w, "override %s: domain %s, entries %v, %s, until %s, by %q, reason %q\n",
 			o.ID, o.Domain, entries, what, o.ExpiresAt.Format(time.RFC3339), o.CreatedBy, o.Reason)
@@ -120,8 +122,10 @@ func (a *App) writeOverrides(w io.Writer) {
 
 // auditLearned records an override that appeared in the store without
 // this instance's admin API: another instance's, or one written to Redis
-// directly, which only whoever can write there could do.
+// directly, which only whoever can write there could do. Its values show
+// as --descriptor-values says.
 func (a *App) auditLearned(ctx context.Context, o override.Override) {
+	o.Entries = a.settings.Values.view().ShowEntries(o.Entries)
 	a.audit.Record(ctx, audit.Entry{
 		Actor: "store", Action: audit.ActionOverrideLearn, Target: o.ID, After: o, Reason: o.Reason,
 	})

@@ -38,6 +38,7 @@ type Settings struct {
 	Rules     RuleSettings     `mapstructure:",squash"`
 	Answers   AnswerSettings   `mapstructure:",squash"`
 	Log       LogSettings      `mapstructure:",squash"`
+	Values    ValueSettings    `mapstructure:",squash"`
 	Tracing   TracingSettings  `mapstructure:",squash"`
 	GRPCTLS   GRPCTLSSettings  `mapstructure:",squash"`
 	Redis     RedisSettings    `mapstructure:",squash"`
@@ -70,6 +71,7 @@ func Flags(fs *pflag.FlagSet) *pflag.FlagSet {
 	RuleSettings{}.flags(fs)
 	AnswerSettings{}.flags(fs)
 	LogSettings{}.flags(fs)
+	ValueSettings{}.flags(fs)
 	TracingSettings{}.flags(fs)
 	GRPCTLSSettings{}.flags(fs)
 	RedisSettings{}.flags(fs)
@@ -175,7 +177,7 @@ func (s Settings) Validate() error {
 		errs = append(errs, errors.New("trusted-sources: san:NAME needs grpc-tls-client-ca: without client certificates no caller carries a name"))
 	}
 	for _, group := range []interface{ validate() []error }{
-		s.Conns, s.Trust, s.Answers, s.Log, s.Tracing, s.GRPCTLS, s.Redis, s.Leases, s.Failure, s.Limits, s.AdminTLS, s.Overrides,
+		s.Conns, s.Trust, s.Answers, s.Log, s.Values, s.Tracing, s.GRPCTLS, s.Redis, s.Leases, s.Failure, s.Limits, s.AdminTLS, s.Overrides,
 	} {
 		errs = append(errs, group.validate()...)
 	}

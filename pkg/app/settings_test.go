@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
+	"github.com/tollgatehq/tollgate/pkg/descriptor"
 )
 
 func TestSettingsPrecedence(t *testing.T) {
@@ -32,7 +33,7 @@ func TestSettingsPrecedence(t *testing.T) {
 				return expect(s.Listen.GRPC == ":8081" && s.Listen.HTTP == ":8080" && s.Listen.Admin == "127.0.0.1:8082" && s.Listen.Debug == "127.0.0.1:6070" &&
 					s.Store == "memory" && s.Rules.DefaultAlgorithm == "token_bucket" && s.Answers.Headers == "xratelimit" &&
 					!s.Answers.DynamicMetadata && s.Answers.DecisionMetadata && s.Rules.Precision == "strict" &&
-					s.Leases.Interval == 100*time.Millisecond && s.Leases.Lifetime == 0, s)
+					s.Leases.Interval == 100*time.Millisecond && s.Leases.Lifetime == 0 && s.Values.view() == descriptor.ValuesPlain, s)
 			},
 		},
 		{
@@ -91,6 +92,11 @@ func TestSettingsPrecedence(t *testing.T) {
 				return expect(s.GRPCTLS.Cert == "/tls/tls.crt" && s.GRPCTLS.Key == "/tls/tls.key" &&
 					s.GRPCTLS.ClientCA == "/tls/ca.crt" && s.GRPCTLS.ClientSAN == "envoy.gateway.svc", s)
 			},
+		},
+		{
+			name: "descriptor values from the environment",
+			env:  map[string]string{"TOLLGATE_DESCRIPTOR_VALUES": "hash"},
+			want: func(s Settings) string { return expect(s.Values.view() == descriptor.ValuesHash, s) },
 		},
 		{
 			name: "over-limit cache from the environment",
@@ -194,6 +200,7 @@ func TestSettingsErrors(t *testing.T) {
 		{[]string{"--response-headers", "fancy"}, `response-headers:`},
 		{[]string{"--log-format", "xml"}, `log-format: unknown format "xml" (want text or json)`},
 		{[]string{"--log-level", "loud"}, `log-level:`},
+		{[]string{"--descriptor-values", "redacted"}, `descriptor-values: unknown value view "redacted" (want plain or hash)`},
 		{[]string{"--max-descriptors", "0"}, `max-descriptors: must be positive, got 0`},
 		{[]string{"--over-limit-cache-bytes", "-1"}, `over-limit-cache-bytes: must not be negative, got -1`},
 		{[]string{"--config-dir", ""}, `config-dir: must not be empty`},

@@ -101,6 +101,9 @@ type Options struct {
 	Now func() time.Time
 	// Logger gets one line per change; nil discards.
 	Logger *slog.Logger
+	// Values is how the log lines and the refusals show the overrides'
+	// descriptor values; the zero value shows them as they are.
+	Values descriptor.ValueView
 	// MeterProvider provides tollgate_overrides_active; nil means a no-op
 	// provider.
 	MeterProvider metric.MeterProvider
@@ -119,6 +122,7 @@ type Registry struct {
 	learned  func(context.Context, Override)
 	now      func() time.Time
 	log      *slog.Logger
+	values   descriptor.ValueView
 
 	set  atomic.Pointer[Set]
 	mu   sync.Mutex // serializes refreshes
@@ -149,6 +153,7 @@ func NewRegistry(opts Options) (*Registry, error) {
 		learned:  opts.OnLearned,
 		now:      opts.Now,
 		log:      opts.Logger,
+		values:   opts.Values,
 		kick:     make(chan struct{}, 1),
 	}
 	if r.now == nil {
@@ -227,7 +232,7 @@ func (r *Registry) Create(ctx context.Context, o Override) (Override, error) {
 	if err := r.backend.Put(ctx, o); err != nil {
 		return Override{}, fmt.Errorf("storing override: %w", err)
 	}
-	r.log.LogAttrs(ctx, slog.LevelInfo, "override created", describe(o)...)
+	r.log.LogAttrs(ctx, slog.LevelInfo, "override created", r.describe(o)...)
 	r.changed(ctx)
 	return o, nil
 }
@@ -243,7 +248,7 @@ func (r *Registry) Delete(ctx context.Context, id string) (Override, error) {
 	if !r.now().Before(o.ExpiresAt) {
 		return Override{}, fmt.Errorf("deleting override %q: %w", id, ErrNotFound)
 	}
-	attrs := describe(o)
+	attrs := r.describe(o)
 	if actor, ok := ctx.Value(actorKey{}).(string); ok {
 		attrs = append(attrs, slog.String("deleted_by", actor))
 	}
@@ -356,7 +361,7 @@ func (r *Registry) swap(ctx context.Context, all []Override) {
 				delete(r.made, o.ID)
 			} else {
 				// Made by another instance, or before a restart.
-				r.log.LogAttrs(ctx, slog.LevelInfo, "override learned from the store", describe(o)...)
+				r.log.LogAttrs(ctx, slog.LevelInfo, "override learned from the store", r.describe(o)...)
 				if r.learned != nil {
 					r.learned(ctx, o)
 				}
@@ -367,7 +372,7 @@ func (r *Registry) swap(ctx context.Context, all []Override) {
 		if !is[o.ID] {
 			changed = append(changed, o)
 			if !now.Before(o.ExpiresAt) {
-				r.log.LogAttrs(ctx, slog.LevelInfo, "override expired", describe(o)...)
+				r.log.LogAttrs(ctx, slog.LevelInfo, "override expired", r.describe(o)...)
 			}
 		}
 	}
@@ -426,7 +431,7 @@ func (r *Registry) validate(o *Override, now time.Time) error {
 		return err
 	}
 	if !dom.Counts(o.Entries) {
-		return invalid("entries %s resolve to no rule with a limit in domain %q", formatEntries(o.Entries), o.Domain)
+		return invalid("entries %s resolve to no rule with a limit in domain %q", formatEntries(r.values.ShowEntries(o.Entries)), o.Domain)
 	}
 	lv := &Live{Override: *o}
 	if o.Limit != nil {
@@ -523,13 +528,13 @@ func formatEntries(entries []descriptor.Entry) string {
 	return string(b)
 }
 
-// describe returns the log attributes of o: what it does, to what, until
-// when, who made it and why.
-func describe(o Override) []slog.Attr {
+// describe returns the log attributes of o: what it does, to what (its
+// values as r shows them), until when, who made it and why.
+func (r *Registry) describe(o Override) []slog.Attr {
 	attrs := []slog.Attr{
 		slog.String("id", o.ID),
 		slog.String("domain", o.Domain),
-		slog.String("entries", formatEntries(o.Entries)),
+		slog.String("entries", formatEntries(r.values.ShowEntries(o.Entries))),
 	}
 	if o.Limit != nil {
 		attrs = append(attrs, slog.String("limit", fmt.Sprintf("%d/%s", o.Limit.RequestsPerUnit, o.Limit.Unit)))

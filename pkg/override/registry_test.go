@@ -52,7 +52,9 @@ type registry struct {
 	metric  func(string) int64
 }
 
-func newRegistry(t *testing.T, dir string) *registry {
+// newRegistry returns a registry on the state file in dir, its options
+// changed by edit.
+func newRegistry(t *testing.T, dir string, edit ...func(*override.Options)) *registry {
 	t.Helper()
 	clock := storetest.NewClock(t0)
 	logs := &logtest.Buffer{}
@@ -63,7 +65,7 @@ func newRegistry(t *testing.T, dir string) *registry {
 	tr := tree(t)
 	mp, read := metrictest.New(t)
 	r := &registry{clock: clock, logs: logs, metric: read}
-	r.Registry, err = override.NewRegistry(override.Options{
+	opts := override.Options{
 		Backend:       backend,
 		Tree:          func() *descriptor.Tree { return tr },
 		MaxTTL:        48 * time.Hour,
@@ -71,7 +73,11 @@ func newRegistry(t *testing.T, dir string) *registry {
 		Logger:        slog.New(slog.NewTextHandler(logs, nil)),
 		MeterProvider: mp,
 		OnChange:      func(c []override.Override) { r.changes = append(r.changes, c) },
-	})
+	}
+	for _, e := range edit {
+		e(&opts)
+	}
+	r.Registry, err = override.NewRegistry(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,5 +303,62 @@ func TestLearnedOverridesLogged(t *testing.T) {
 	}
 	if strings.Contains(logs, `msg="override learned from the store" component=overrides id=`+mine.ID) {
 		t.Errorf("the override created here is logged as learned:\n%s", logs)
+	}
+}
+
+// TestHashedValues checks that with Options.Values ValuesHash no line of
+// the log, nor a refusal, shows an override's descriptor values, but their
+// hashes; that keys show as they are; and that the override still applies
+// to the plain value.
+func TestHashedValues(t *testing.T) {
+	const mine, theirs, unknown = "sk-live-mine-5d1e", "sk-live-theirs-90ac", "sk-live-unknown-7b3f"
+	hash := descriptor.ValuesHash.Show
+	dir := t.TempDir()
+	backend, err := statefile.Open(dir, statefile.Options{Now: func() time.Time { return t0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := override.Override{ID: "other", Domain: "api", Entries: entries("tenant=" + theirs), Multiplier: 2, ExpiresAt: t0.Add(time.Hour), CreatedAt: t0}
+	if err := backend.Put(context.Background(), other); err != nil {
+		t.Fatal(err)
+	}
+	r := newRegistry(t, dir, func(o *override.Options) { o.Values = descriptor.ValuesHash }) // learns other
+	ctx := context.Background()
+	o, err := r.Create(ctx, override.Override{Domain: "api", Entries: entries("tenant="+mine, "path=/x"), Multiplier: 3, ExpiresAt: t0.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(o.Entries, entries("tenant="+mine, "path=/x")) {
+		t.Errorf("Create returned entries %v: the registry keeps values as they are", o.Entries)
+	}
+	if got := r.Current().Match("api", entries("tenant="+mine, "path=/x"), r.clock.Now()); got == nil || got.ID != o.ID {
+		t.Errorf("Match of the plain value = %+v, want %s", got, o.ID)
+	}
+	_, err = r.Create(ctx, override.Override{Domain: "api", Entries: entries("user=" + unknown), Multiplier: 3, ExpiresAt: t0.Add(time.Hour)})
+	if want := `invalid override: entries user=` + hash(unknown) + ` resolve to no rule with a limit in domain "api"`; err == nil || err.Error() != want {
+		t.Errorf("refusal %v, want %s", err, want)
+	}
+	if _, err := r.Delete(ctx, o.ID); err != nil {
+		t.Fatal(err)
+	}
+	r.clock.Set(other.ExpiresAt)
+	if err := r.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	logs := r.logs.String()
+	for _, want := range []string{
+		`msg="override learned from the store" component=overrides id=other domain=api entries="tenant=` + hash(theirs) + `"`,
+		`msg="override created" component=overrides id=` + o.ID + ` domain=api entries="tenant=` + hash(mine) + "/path=" + hash("/x") + `"`,
+		`msg="override deleted" component=overrides id=` + o.ID + ` domain=api entries="tenant=` + hash(mine) + "/path=" + hash("/x") + `"`,
+		`msg="override expired" component=overrides id=other domain=api entries="tenant=` + hash(theirs) + `"`,
+	} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("the log lacks %q:\n%s", want, logs)
+		}
+	}
+	for _, secret := range []string{mine, theirs, unknown} {
+		if strings.Contains(logs, secret) || strings.Contains(logs, secret[:12]) {
+			t.Errorf("the log shows %q:\n%s", secret, logs)
+		}
 	}
 }
