@@ -163,10 +163,10 @@ func split(data []byte) (body, sig []byte, ok bool) {
 	}
 	sig = tail[len(sigMember) : len(tail)-len(sigEnd)]
 	switch {
-	case data[n-1] == ',':
-		return append(bytes.Clone(data[:n-1]), '}'), sig, true
 	case n == 1 && data[0] == '{':
 		return []byte("{}"), sig, true
+	case n > 2 && data[n-1] == ',': // not `{,`, which Sign never writes
+		return append(bytes.Clone(data[:n-1]), '}'), sig, true
 	}
 	return nil, nil, false
 }

@@ -89,6 +89,7 @@ func TestVerify(t *testing.T) {
 		{"another purpose", testKey, signature.Override, string(signed), signature.ErrMismatch},
 		{"altered", testKey, signature.Event, strings.Replace(string(signed), "true", "fals", 1), signature.ErrMismatch},
 		{"upper-case digits", testKey, signature.Event, body[:len(body)-1] + `,"sig":"` + strings.ToUpper(digits) + `"}`, signature.ErrMismatch},
+		{"a comma after the brace", testKey, signature.Event, `{,"sig":"` + digits + `"}`, signature.ErrMissing},
 		{"not an object", testKey, signature.Event, "[" + string(signed[1:]), signature.ErrMismatch},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
