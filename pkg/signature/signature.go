@@ -25,7 +25,8 @@
 // A reader without a key decodes the signed bytes as they are:
 // encoding/json ignores the unknown "sig" member, so an instance without
 // a key, and a version from before signatures, reads what a keyed
-// instance writes.
+// instance writes. (So no type signed may have a field that JSON would
+// match to "sig", in any case.)
 //
 // # Guarantees
 //
