@@ -121,6 +121,7 @@ func New(opts Options) (*Store, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	s.log = s.log.With("component", "overrides")
 	return s, nil
 }
 

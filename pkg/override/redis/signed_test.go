@@ -200,7 +200,7 @@ func TestLoadRefusesUnsignedRecords(t *testing.T) {
 		t.Errorf("tollgate_fleet_unsigned_refused = %d, want 3", got)
 	}
 	for _, want := range []string{`id=forged error="no signature"`, `id=wrong error="signature does not match"`, `id=altered error="signature does not match"`} {
-		if n := strings.Count(logs.String(), `override record in redis without a valid signature; refused" `+want); n != 1 {
+		if n := strings.Count(logs.String(), `override record in redis without a valid signature; refused" component=overrides `+want); n != 1 {
 			t.Errorf("%q logged %d times, want once:\n%s", want, n, logs.String())
 		}
 	}
