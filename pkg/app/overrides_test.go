@@ -10,6 +10,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tollgatehq/tollgate/internal/apptest"
@@ -467,4 +468,13 @@ func TestSignedFleetRefuses(t *testing.T) {
 			t.Errorf("the refusal is not logged:\n%s", bLogs)
 		}
 	})
+
+	// Both kinds in one series, held to the Prometheus conventions.
+	problems, err := promlint.New(strings.NewReader(apptest.Get(t, "http://"+b.HTTPAddr+"/metrics"))).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("metric %s: %s", p.Metric, p.Text)
+	}
 }
