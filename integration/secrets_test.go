@@ -1,6 +1,9 @@
 package integration
 
 import (
+	"context"
+	"encoding/hex"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -19,6 +22,7 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	goredis "github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -28,6 +32,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/polltest"
 	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/pkg/app"
+	"github.com/tollgatehq/tollgate/pkg/cli"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/rlsclient"
 	"github.com/tollgatehq/tollgate/pkg/store/redis"
@@ -330,6 +335,133 @@ func TestSecretsXDSHeadersStayOut(t *testing.T) {
 	for where, text := range seen {
 		if strings.Contains(text, token) {
 			t.Errorf("%s shows the xDS token", where)
+		}
+	}
+}
+
+// TestSecretsFleetHMACKeyStaysOut starts tollgate from the command line
+// with --fleet-hmac-key-file on Redis, makes admin changes that travel
+// signed (an override, a reset), has a forged override record and a forged
+// event refused, and checks that the key, as it is or in hex, appears in
+// no log line (debug level, go-redis's included), the audit log,
+// /debug/config, /metrics or /readyz. A key too short is refused at start
+// with an error that gives its length, never the key.
+func TestSecretsFleetHMACKeyStaysOut(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	raw := goredis.NewClient(&goredis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = raw.Close() })
+	t.Cleanup(func() { redis.RouteClientLogs(slog.New(slog.DiscardHandler)) }) // serve routed them to its logger
+	const key, short, token = "fleet-hmac-key-5e0b7c1d9a2f4e6813", "short-fleet-key-9d3e", "admin-token-for-the-key-test-41c7"
+	dir, files := t.TempDir(), t.TempDir()
+	writeFile(t, filepath.Join(dir, "api.yaml"), searchRules)
+	keyFile, shortFile, auditFile := filepath.Join(files, "fleet.key"), filepath.Join(files, "short.key"), filepath.Join(files, "audit.jsonl")
+	writeFile(t, keyFile, key+"\n")
+	writeFile(t, shortFile, short+"\n")
+	getenv := func(k string) string { return map[string]string{"TOLLGATE_ADMIN_TOKEN": token}[k] }
+	grpcAddr, httpAddr, adminAddr, debugAddr := closedAddr(t), closedAddr(t), closedAddr(t), closedAddr(t)
+	args := func(keyFile string) []string {
+		return []string{"serve", "--config-dir", dir, "--store", "redis", "--redis-addrs", srv.Addr, "--fleet-hmac-key-file", keyFile,
+			"--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--admin-addr", adminAddr, "--debug-addr", debugAddr,
+			"--audit-log", auditFile, "--log-level", "debug"}
+	}
+
+	var refusal logtest.Buffer
+	if code := cli.MainEnv(t.Context(), args(shortFile), io.Discard, &refusal, getenv); code == 0 {
+		t.Fatal("tollgate started with a 20-byte key")
+	}
+	if !strings.Contains(refusal.String(), "fleet-hmac-key-file: the key is 20 bytes long; at least 32 are needed") {
+		t.Errorf("the refusal of the short key does not say why:\n%s", refusal.String())
+	}
+
+	var logs logtest.Buffer
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() { done <- cli.MainEnv(ctx, args(keyFile), io.Discard, &logs, getenv) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case code := <-done:
+			if code != 0 {
+				t.Errorf("tollgate exited %d; logs:\n%s", code, logs.String())
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("tollgate did not stop within 10 s of the cancel")
+		}
+	})
+	svc := &service{grpcAddr: grpcAddr, httpAddr: httpAddr, adminAddr: adminAddr, debugAddr: debugAddr}
+	polltest.EventuallyEvery(t, settle, pollEvery, func() bool {
+		resp, err := http.Get("http://" + debugAddr + "/debug/config")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, "tollgate to serve")
+	call := func(method, path, body string) int {
+		req, err := http.NewRequest(method, "http://"+adminAddr+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := call("POST", "/v1/overrides",
+		`{"domain":"api","entries":[{"key":"api_key","value":"k"}],"multiplier":2,"expires_in":"1h","reason":"test"}`); got != http.StatusCreated {
+		t.Fatalf("creating an override: %d", got)
+	}
+	call("POST", "/v1/reset", `{"domain":"api","descriptors":[{"entries":[{"key":"api_key","value":"k"},{"key":"endpoint","value":"/search"}]}]}`)
+	records, err := raw.Keys(t.Context(), "tg{%overrides}o:*").Result()
+	if err != nil || len(records) != 1 {
+		t.Fatalf("override records in redis: %v, %v", records, err)
+	}
+	if record, err := raw.Get(t.Context(), records[0]).Result(); err != nil || !strings.Contains(record, `"sig":"`) {
+		t.Fatalf("the override record is not signed: %s, %v", record, err)
+	}
+
+	// Forged, as anyone who can write to Redis could.
+	expires := time.Now().Add(time.Hour)
+	if err := raw.Set(t.Context(), "tg{%overrides}o:forged", `{"id":"forged","domain":"api","entries":[{"key":"api_key","value":"k"}],"multiplier":100,`+
+		`"expires_at":"`+expires.UTC().Format(time.RFC3339)+`","created_at":"`+time.Now().UTC().Format(time.RFC3339)+`"}`, time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.ZAdd(t.Context(), "tg{%overrides}ids", goredis.Z{Score: float64(expires.UnixMilli()), Member: "forged"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.Publish(t.Context(), "tg.fleet", `{"overrides":true,"origin":"forger"}`).Err(); err != nil {
+		t.Fatal(err)
+	}
+	polltest.EventuallyEvery(t, settle, pollEvery, func() bool {
+		call("GET", "/v1/overrides", "") // reads the records
+		metrics := svc.get(t, httpAddr, "/metrics")
+		return strings.Contains(metrics, `tollgate_fleet_unsigned_refused_total{kind="event",reason="missing"} 1`) &&
+			strings.Contains(metrics, `tollgate_fleet_unsigned_refused_total{kind="override",reason="missing"} 1`)
+	}, "the forged record and event to be refused")
+
+	audit, err := os.ReadFile(auditFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]string{
+		"logs":          logs.String(),
+		"start refusal": refusal.String(),
+		"audit log":     string(audit),
+		"/debug/config": svc.get(t, debugAddr, "/debug/config"),
+		"/metrics":      svc.get(t, httpAddr, "/metrics"),
+		"/readyz":       svc.get(t, httpAddr, "/readyz"),
+	}
+	if !strings.Contains(seen["logs"], "overrides and fleet events are signed") || !strings.Contains(seen["audit log"], `"actor":"env"`) {
+		t.Fatalf("the key or the admin calls do not show as used:\n%s\n%s", seen["logs"], seen["audit log"])
+	}
+	for where, text := range seen {
+		for _, secret := range []string{key, short, hex.EncodeToString([]byte(key)), hex.EncodeToString([]byte(short))} {
+			if strings.Contains(text, secret) {
+				t.Errorf("%s shows the fleet key %q", where, secret)
+			}
 		}
 	}
 }

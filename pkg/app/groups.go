@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/limiter"
+	"github.com/tollgatehq/tollgate/pkg/signature"
 	"github.com/tollgatehq/tollgate/pkg/store/redis"
 	"github.com/tollgatehq/tollgate/pkg/telemetry"
 )
@@ -633,4 +635,54 @@ func (o OverrideSettings) validate() []error {
 		errs = append(errs, fmt.Errorf("override-refresh-interval: must be positive, got %v", o.Refresh))
 	}
 	return errs
+}
+
+// FleetSettings guard what the instances of a fleet share through Redis
+// besides counters: the override records and the fleet channel's events.
+type FleetSettings struct {
+	// HMACKeyFile names the file of the key that signs them; LoadSettings
+	// reads it into HMACKey.
+	HMACKeyFile string `mapstructure:"fleet-hmac-key-file"`
+	// HMACKey comes from HMACKeyFile alone: never a flag, a variable or
+	// the settings file.
+	HMACKey Secret `mapstructure:"-"`
+}
+
+func (FleetSettings) flags(fs *pflag.FlagSet) {
+	fs.String("fleet-hmac-key-file", "", "redis: file of a key of at least 32 bytes (a trailing newline is dropped) that signs overrides and fleet events (HMAC-SHA256); with it, unsigned ones are refused. Read at start only: restart to change it")
+}
+
+func (f FleetSettings) validate() []error {
+	if (f.HMACKeyFile != "" || f.HMACKey != "") && len(f.HMACKey) < signature.MinKeyLen {
+		return []error{fmt.Errorf("fleet-hmac-key-file: the key is %d bytes long; at least %d are needed (openssl rand -hex 32 writes one)",
+			len(f.HMACKey), signature.MinKeyLen)}
+	}
+	return nil
+}
+
+// key returns the key that signs overrides and fleet events, nil without
+// one.
+func (f FleetSettings) key() (*signature.Key, error) {
+	if f.HMACKey == "" {
+		return nil, nil
+	}
+	key, err := signature.NewKey([]byte(f.HMACKey))
+	if err != nil {
+		return nil, fmt.Errorf("fleet-hmac-key-file: %w", err)
+	}
+	return key, nil
+}
+
+// readKeyFile returns the key in the file at path, without one trailing
+// newline (\n or \r\n).
+func readKeyFile(path string) (Secret, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("fleet-hmac-key-file: %w", err)
+	}
+	key := string(data)
+	if k, ok := strings.CutSuffix(key, "\n"); ok {
+		key = strings.TrimSuffix(k, "\r")
+	}
+	return Secret(key), nil
 }

@@ -24,10 +24,10 @@ const fleetTimeout = 5 * time.Second
 // newOverrides builds the override registry the store calls for: in
 // process, persisted in --state-dir, with the memory store; in Redis,
 // with changes and resets pushed to the fleet by pub/sub, with the Redis
-// store. It builds the fleet's event handler, which forgets local state
-// when rules, overrides or counters change. It reads the overrides once;
-// with Redis away it starts with none and Run reads them when Redis
-// answers.
+// store, both signed with --fleet-hmac-key-file. It builds the fleet's
+// event handler, which forgets local state when rules, overrides or
+// counters change. It reads the overrides once; with Redis away it starts
+// with none and Run reads them when Redis answers.
 func (a *App) newOverrides(ctx context.Context, meters metric.MeterProvider) error {
 	s := a.settings
 	opts := override.Options{
@@ -40,26 +40,37 @@ func (a *App) newOverrides(ctx context.Context, meters metric.MeterProvider) err
 		MeterProvider:   meters,
 		Values:          s.Values.view(),
 	}
+	key, err := s.Fleet.key()
+	if err != nil {
+		return err
+	}
 	if !a.store.Remote() {
+		if key != nil {
+			a.logger.Info("--fleet-hmac-key-file has no effect with the memory store: nothing is shared through redis")
+		}
 		backend, err := statefile.Open(s.Overrides.StateDir, statefile.Options{Logger: a.logger})
 		if err != nil {
 			return err
 		}
 		opts.Backend = backend
 	} else {
-		backend, err := overrideredis.New(overrideredis.Options{Client: a.store.client, KeyPrefix: s.Redis.KeyPrefix, Logger: a.logger})
+		if key != nil {
+			a.logger.Info("overrides and fleet events are signed; unsigned ones are refused", "key_file", s.Fleet.HMACKeyFile)
+		}
+		backend, err := overrideredis.New(overrideredis.Options{Client: a.store.client, KeyPrefix: s.Redis.KeyPrefix, Key: key,
+			Logger: a.logger, MeterProvider: meters})
 		if err != nil {
 			return err
 		}
 		opts.Backend = backend
-		if a.fleet, err = fleet.New(fleet.Options{Client: a.store.client, Channel: s.Redis.KeyPrefix + ".fleet", Logger: a.logger}); err != nil {
+		if a.fleet, err = fleet.New(fleet.Options{Client: a.store.client, Channel: s.Redis.KeyPrefix + ".fleet", Key: key,
+			Logger: a.logger, MeterProvider: meters}); err != nil {
 			return err
 		}
 		opts.Publish = func(ctx context.Context) error {
 			return a.fleet.Publish(ctx, fleet.Event{Overrides: true})
 		}
 	}
-	var err error
 	if a.overrides, err = override.NewRegistry(opts); err != nil {
 		return err
 	}

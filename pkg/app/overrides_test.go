@@ -10,6 +10,8 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tollgatehq/tollgate/internal/apptest"
 	"github.com/tollgatehq/tollgate/internal/logtest"
@@ -138,11 +140,30 @@ func TestOverridesFleetCluster(t *testing.T) {
 	testOverridesFleet(t, "cluster", c.Addrs())
 }
 
+// TestOverridesFleetSigned runs testOverridesFleet with both instances
+// signing with one key (--fleet-hmac-key-file): they still exchange
+// overrides and resets.
+func TestOverridesFleetSigned(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	testOverridesFleet(t, "single", []string{srv.Addr}, withKey(fleetKey))
+}
+
+// The keys of the signed fleets' tests: 32 bytes each.
+const (
+	fleetKey = "fleet-key-0123456789abcdef012345"
+	otherKey = "other-key-0123456789abcdef012345"
+)
+
+// withKey returns a settings tweak that signs with key.
+func withKey(key string) func(*app.Settings) {
+	return func(s *app.Settings) { s.Fleet.HMACKey = app.Secret(key) }
+}
+
 // testOverridesFleet runs two instances on one Redis: an override made on
 // one applies on the other within a second and goes at its expiry; a
 // reset on one lets a client that the other rejects from its over-limit
-// cache through within a second.
-func testOverridesFleet(t *testing.T, redisType string, addrs []string) {
+// cache through within a second. tweaks change both instances' settings.
+func testOverridesFleet(t *testing.T, redisType string, addrs []string, tweaks ...func(*app.Settings)) {
 	dir := overrideDir(t)
 	useRedis := func(s *app.Settings) {
 		s.Store, s.Redis.Type, s.Redis.Addrs, s.Redis.KeyPrefix = "redis", redisType, addrs, "of"
@@ -150,6 +171,9 @@ func testOverridesFleet(t *testing.T, redisType string, addrs []string) {
 		s.Redis.OverLimitCacheBytes = 1 << 20
 		// Longer than any test: only pub/sub can bring a change in time.
 		s.Overrides.Refresh = time.Hour
+		for _, tweak := range tweaks {
+			tweak(s)
+		}
 	}
 	a := apptest.Start(t, dir, apptest.Options{Settings: useRedis})
 	b := apptest.Start(t, dir, apptest.Options{Settings: useRedis})
@@ -314,5 +338,143 @@ func TestResetThroughTheChain(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSignedFleetRefuses runs, on one Redis, two instances with a key
+// (--fleet-hmac-key-file), one with another key and one without. What
+// anyone who can write to Redis could send, an override record and a
+// reset event without a signature, is applied by the instance without a
+// key (so it is well formed) and refused, counted and logged by the keyed
+// ones; an override and an event signed under one key are refused by the
+// instance with the other.
+func TestSignedFleetRefuses(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	raw := goredis.NewClient(&goredis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = raw.Close() })
+	ctx := context.Background()
+	dir := overrideDir(t)
+	start := func(key string) (*apptest.Running, *logtest.Buffer) {
+		logs := &logtest.Buffer{}
+		a := apptest.Start(t, dir, apptest.Options{Logger: slog.New(slog.NewTextHandler(logs, nil)), Settings: func(s *app.Settings) {
+			s.Store, s.Redis.Addrs, s.Redis.KeyPrefix = "redis", []string{srv.Addr}, "sf"
+			s.Redis.Timeout, s.Failure.StoreTimeout = time.Second, 5*time.Second
+			s.Redis.OverLimitCacheBytes = 1 << 20
+			s.Overrides.Refresh = time.Hour // the tests read when they need to
+			s.Fleet.HMACKey = app.Secret(key)
+		}})
+		polltest.Eventually(t, 5*time.Second, func() bool { return a.FleetListening() }, "the fleet channel is not subscribed")
+		return a, logs
+	}
+	a, _ := start(fleetKey)
+	b, bLogs := start(fleetKey)
+	c, _ := start(otherKey)
+	u, _ := start("")
+	cb, cc, cu := dialApp(t, b), dialApp(t, c), dialApp(t, u)
+	refused := func(x *apptest.Running, labels string) string {
+		t.Helper()
+		for line := range strings.Lines(apptest.Get(t, "http://"+x.HTTPAddr+"/metrics")) {
+			if strings.HasPrefix(line, "tollgate_fleet_unsigned_refused_total{"+labels+"} ") {
+				return strings.TrimSpace(strings.TrimPrefix(line, "tollgate_fleet_unsigned_refused_total{"+labels+"} "))
+			}
+		}
+		return "0"
+	}
+
+	t.Run("forged override", func(t *testing.T) {
+		expires := time.Now().Add(time.Hour)
+		record := `{"id":"forged","domain":"o","entries":[{"key":"tenant","value":"forged"}],"multiplier":5,` +
+			`"expires_at":"` + expires.UTC().Format(time.RFC3339Nano) + `","created_at":"` + time.Now().UTC().Format(time.RFC3339Nano) + `"}`
+		if err := raw.Set(ctx, "sf{%overrides}o:forged", record, time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := raw.ZAdd(ctx, "sf{%overrides}ids", goredis.Z{Score: float64(expires.UnixMilli()), Member: "forged"}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range []*apptest.Running{b, u} {
+			if err := x.Overrides().Refresh(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := limitName(tenantStatus(t, cu, "forged")); got != "override:forged" {
+			t.Fatalf("the instance without a key applies %q, want the forged override: the test's record is wrong", got)
+		}
+		if got := limitName(tenantStatus(t, cb, "forged")); got != "per_tenant" {
+			t.Errorf("the keyed instance applies %q, want its rule's limit", got)
+		}
+		if got := refused(b, `kind="override",reason="missing"`); got != "1" {
+			t.Errorf("refused override records without a signature: %s, want 1", got)
+		}
+		if !strings.Contains(bLogs.String(), `msg="override record in redis without a valid signature; refused" component=overrides id=forged error="no signature"`) {
+			t.Errorf("the refusal is not logged:\n%s", bLogs)
+		}
+		if _, err := b.Overrides().Delete(ctx, "forged"); err != nil {
+			t.Errorf("deleting the forged override on the keyed instance: %v", err)
+		}
+	})
+
+	t.Run("another key", func(t *testing.T) {
+		o := create(t, a, "acme", time.Hour)
+		for name, client := range map[string]*rlsclient.Client{"with the key": cb, "without a key": cu} {
+			polltest.Eventually(t, 5*time.Second, func() bool { return limitName(tenantStatus(t, client, "acme")) == "override:"+o.ID },
+				"the instance %s does not apply override %s", name, o.ID)
+		}
+		// The deletion of the forged override was an event too.
+		polltest.Eventually(t, 5*time.Second, func() bool { return refused(c, `kind="event",reason="mismatch"`) == "2" },
+			"the instance with another key does not refuse the events of the changes")
+		if err := c.Overrides().Refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := limitName(tenantStatus(t, cc, "acme")); got != "per_tenant" {
+			t.Errorf("the instance with another key applies %q, want its rule's limit", got)
+		}
+		if got := refused(c, `kind="override",reason="mismatch"`); got != "1" {
+			t.Errorf("override records refused by the instance with another key: %s, want 1", got)
+		}
+	})
+
+	t.Run("forged reset", func(t *testing.T) {
+		for _, client := range []*rlsclient.Client{cb, cu} {
+			for _, tenant := range []string{"victim", "other"} {
+				for range 3 { // the third is over the limit, and cached
+					tenantStatus(t, client, tenant)
+				}
+			}
+		}
+		heldB, heldU := b.OverLimitLen(), u.OverLimitLen()
+		if heldB < 2 || heldU < 2 {
+			t.Fatalf("the over-limit caches hold %d and %d counters, want both tenants", heldB, heldU)
+		}
+		forged := `{"reset":[{"domain":"o","entries":[{"Key":"tenant","Value":"victim"}],"shard":"victim","kind":2,"period_us":3600000000}],"origin":"forger"}`
+		if err := raw.Publish(ctx, "sf.fleet", forged).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Limiter().Reset(ctx, &limiter.Request{Domain: "o",
+			Descriptors: []limiter.Descriptor{{Entries: []descriptor.Entry{{Key: "tenant", Value: "other"}}}}}); err != nil {
+			t.Fatal(err)
+		}
+		// The channel keeps order: once the signed reset is applied, the
+		// forged one before it has been read.
+		polltest.Eventually(t, 5*time.Second, func() bool { return u.OverLimitLen() == heldU-2 },
+			"the instance without a key holds %d counters, want %d: the test's event is wrong", u.OverLimitLen(), heldU-2)
+		polltest.Eventually(t, 5*time.Second, func() bool { return b.OverLimitLen() <= heldB-1 }, "the keyed instance ignores the signed reset")
+		if got := b.OverLimitLen(); got != heldB-1 {
+			t.Errorf("the keyed instance holds %d counters, want %d: it applied the forged reset", got, heldB-1)
+		}
+		if got := refused(b, `kind="event",reason="missing"`); got != "1" {
+			t.Errorf("refused events without a signature: %s, want 1", got)
+		}
+		if !strings.Contains(bLogs.String(), `msg="fleet event without a valid signature refused; more within a minute are only counted" component=fleet error="no signature"`) {
+			t.Errorf("the refusal is not logged:\n%s", bLogs)
+		}
+	})
+
+	// Both kinds in one series, held to the Prometheus conventions.
+	problems, err := promlint.New(strings.NewReader(apptest.Get(t, "http://"+b.HTTPAddr+"/metrics"))).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("metric %s: %s", p.Metric, p.Text)
 	}
 }

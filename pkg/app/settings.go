@@ -49,6 +49,7 @@ type Settings struct {
 	AdminTLS  AdminTLSSettings `mapstructure:",squash"`
 	XDS       XDSSettings      `mapstructure:",squash"`
 	Overrides OverrideSettings `mapstructure:",squash"`
+	Fleet     FleetSettings    `mapstructure:",squash"`
 
 	// ratelimitEnv is what LoadSettings took from envoyproxy/ratelimit's
 	// environment (package ratelimitenv), for New to log.
@@ -82,6 +83,7 @@ func Flags(fs *pflag.FlagSet) *pflag.FlagSet {
 	AdminTLSSettings{}.flags(fs)
 	XDSSettings{}.flags(fs)
 	OverrideSettings{}.flags(fs)
+	FleetSettings{}.flags(fs)
 	outer.AddFlagSet(fs)
 	return fs
 }
@@ -146,6 +148,11 @@ func LoadSettings(fs *pflag.FlagSet, getenv func(string) string) (Settings, erro
 		}
 		s.Redis.Password = Secret(strings.TrimRight(string(data), "\r\n"))
 	}
+	if s.Fleet.HMACKeyFile != "" {
+		if s.Fleet.HMACKey, err = readKeyFile(s.Fleet.HMACKeyFile); err != nil {
+			return Settings{}, err
+		}
+	}
 	if tok := strings.TrimSpace(getenv("TOLLGATE_ADMIN_TOKEN")); tok != "" {
 		s.Admin.Token = Secret(tok)
 	}
@@ -177,7 +184,7 @@ func (s Settings) Validate() error {
 		errs = append(errs, errors.New("trusted-sources: san:NAME needs grpc-tls-client-ca: without client certificates no caller carries a name"))
 	}
 	for _, group := range []interface{ validate() []error }{
-		s.Conns, s.Trust, s.Answers, s.Log, s.Values, s.Tracing, s.GRPCTLS, s.Redis, s.Leases, s.Failure, s.Limits, s.AdminTLS, s.Overrides,
+		s.Conns, s.Trust, s.Answers, s.Log, s.Values, s.Tracing, s.GRPCTLS, s.Redis, s.Leases, s.Failure, s.Limits, s.AdminTLS, s.Overrides, s.Fleet,
 	} {
 		errs = append(errs, group.validate()...)
 	}

@@ -166,6 +166,69 @@ func TestRedisPassword(t *testing.T) {
 	}
 }
 
+// TestFleetHMACKey checks how --fleet-hmac-key-file is read: one
+// trailing newline dropped, the file named by the flag or
+// TOLLGATE_FLEET_HMAC_KEY_FILE, a short key or a missing file refused
+// with the error given, and the key never printed with the settings.
+func TestFleetHMACKey(t *testing.T) {
+	const key = "fleet-key-0123456789abcdef012345" // 32 bytes
+	dir := t.TempDir()
+	file := func(name, content string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		want    string // the key, if no error
+		wantErr string
+	}{
+		{name: "none"},
+		{name: "newline", args: []string{"--fleet-hmac-key-file", file("nl", key+"\n")}, want: key},
+		{name: "crlf", args: []string{"--fleet-hmac-key-file", file("crlf", key+"\r\n")}, want: key},
+		{name: "no newline", args: []string{"--fleet-hmac-key-file", file("bare", key)}, want: key},
+		{name: "one newline only", args: []string{"--fleet-hmac-key-file", file("two", key+"\n\n")}, want: key + "\n"},
+		{name: "environment", env: map[string]string{"TOLLGATE_FLEET_HMAC_KEY_FILE": file("env", key+"\n")}, want: key},
+		{name: "short", args: []string{"--fleet-hmac-key-file", file("short", key[:31]+"\n")},
+			wantErr: "fleet-hmac-key-file: the key is 31 bytes long; at least 32 are needed (openssl rand -hex 32 writes one)"},
+		{name: "empty", args: []string{"--fleet-hmac-key-file", file("empty", "\n")},
+			wantErr: "fleet-hmac-key-file: the key is 0 bytes long; at least 32 are needed (openssl rand -hex 32 writes one)"},
+		{name: "missing", args: []string{"--fleet-hmac-key-file", filepath.Join(dir, "missing")},
+			wantErr: "fleet-hmac-key-file: open " + filepath.Join(dir, "missing") + ": no such file or directory"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := load(t, tt.env, append(tt.args, "--store", "redis")...)
+			if tt.wantErr != "" {
+				if err == nil || err.Error() != tt.wantErr {
+					t.Fatalf("error = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(s.Fleet.HMACKey) != tt.want {
+				t.Fatalf("key %q, want %q", string(s.Fleet.HMACKey), tt.want)
+			}
+			if k, err := s.Fleet.key(); err != nil || (k == nil) != (tt.want == "") {
+				t.Fatalf("key() = %v, %v", k, err)
+			}
+			var logged strings.Builder
+			slog.New(slog.NewTextHandler(&logged, nil)).Info("settings", "settings", s, "key", s.Fleet.HMACKey)
+			for _, out := range []string{fmt.Sprintf("%v %+v %#v %s", s, s, s, s.Fleet.HMACKey), logged.String()} {
+				if strings.Contains(out, "0123456789abcdef") {
+					t.Fatalf("the key leaks into %q", out)
+				}
+			}
+		})
+	}
+}
+
 func expect(ok bool, s Settings) string {
 	if ok {
 		return ""

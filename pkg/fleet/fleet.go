@@ -21,6 +21,22 @@
 // them periodically. A missed reset leaves local state that ends by
 // itself: an over-limit cache entry at its counter's RetryAfter, a lease
 // with its window or lifetime.
+//
+// # Signed events
+//
+// Whoever can publish on the channel can send events; they make an
+// instance read the overrides or forget what it holds of counters, which
+// costs Redis round trips but never admits a hit. With Options.Key
+// (--fleet-hmac-key-file) a Bus signs every event it publishes (package
+// signature: the message below with a "sig" member added last) and
+// refuses every event without a valid signature: it is dropped, counted
+// in tollgate_fleet_unsigned_refused_total{kind="event"} and logged (the
+// first, then at most one a minute). A signature says who wrote an
+// event, not when: whoever can publish on the channel can repeat one
+// heard there. Without a key a Bus publishes the message exactly as
+// before signatures (TestWireFormat), and reads signed messages too,
+// ignoring their signature, so that instances without the key still hear
+// those with it while a key is rolled out.
 package fleet
 
 import (
@@ -37,7 +53,10 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
+	"github.com/tollgatehq/tollgate/pkg/signature"
 	"github.com/tollgatehq/tollgate/pkg/store"
 )
 
@@ -114,9 +133,20 @@ type Options struct {
 	// Redis, so that a connection lost without a word is noticed; 0 means
 	// 15 seconds.
 	HealthCheck time.Duration
-	// Logger gets subscription failures; nil discards.
+	// Key, when set, signs every event published and refuses every event
+	// received without a valid signature; nil publishes unsigned events
+	// and reads any, signed or not.
+	Key *signature.Key
+	// Logger gets subscription failures and refused events; nil discards.
 	Logger *slog.Logger
+	// MeterProvider provides tollgate_fleet_unsigned_refused_total; nil
+	// means a no-op provider.
+	MeterProvider metric.MeterProvider
 }
+
+// refusedLogEvery is the least time between two log lines of refused
+// events; the metric counts every one.
+const refusedLogEvery = time.Minute
 
 // Bus publishes and receives Events on one Redis pub/sub channel.
 type Bus struct {
@@ -126,6 +156,11 @@ type Bus struct {
 	backoff time.Duration
 	health  time.Duration
 	log     *slog.Logger
+	key     *signature.Key
+	refused *signature.Refusals
+	// refusedLogged is when a refused event was last logged; only Run's
+	// goroutine touches it.
+	refusedLogged time.Time
 	// subscribed is set while Run holds a confirmed subscription.
 	subscribed atomic.Bool
 }
@@ -143,7 +178,12 @@ func New(opts Options) (*Bus, error) {
 	if _, err := rand.Read(id[:]); err != nil {
 		return nil, fmt.Errorf("fleet: %w", err)
 	}
-	b := &Bus{id: hex.EncodeToString(id[:]), client: opts.Client, channel: opts.Channel, backoff: opts.Backoff, log: opts.Logger}
+	refused, err := signature.NewRefusals(opts.MeterProvider, "event")
+	if err != nil {
+		return nil, fmt.Errorf("fleet: %w", err)
+	}
+	b := &Bus{id: hex.EncodeToString(id[:]), client: opts.Client, channel: opts.Channel, backoff: opts.Backoff, log: opts.Logger,
+		key: opts.Key, refused: refused}
 	if b.backoff <= 0 {
 		b.backoff = time.Second
 	}
@@ -158,10 +198,14 @@ func New(opts Options) (*Bus, error) {
 	return b, nil
 }
 
-// Publish sends e to every other subscribed instance.
+// Publish sends e to every other subscribed instance, signed if the Bus
+// has a key.
 func (b *Bus) Publish(ctx context.Context, e Event) error {
 	e.Origin = b.id
 	data, err := encode(e)
+	if err == nil && b.key != nil {
+		data, err = b.key.Sign(signature.Event, data)
+	}
 	if err != nil {
 		return fmt.Errorf("fleet: encoding an event: %w", err)
 	}
@@ -226,7 +270,14 @@ func (b *Bus) listen(ctx context.Context, handle func(context.Context, Event)) e
 		if !ok {
 			continue // a pong or a subscription change
 		}
-		e, err := decode([]byte(msg.Payload))
+		data := []byte(msg.Payload)
+		if b.key != nil {
+			if data, err = b.key.Verify(signature.Event, data); err != nil {
+				b.refuse(ctx, err, len(msg.Payload))
+				continue
+			}
+		}
+		e, err := decode(data)
 		if err != nil {
 			b.log.LogAttrs(ctx, slog.LevelWarn, "ignoring an event that cannot be decoded", slog.Any("error", err))
 			continue
@@ -236,5 +287,16 @@ func (b *Bus) listen(ctx context.Context, handle func(context.Context, Event)) e
 		}
 		e.Resync = false
 		handle(ctx, e)
+	}
+}
+
+// refuse counts an event refused for its signature, and logs it unless
+// another was logged within refusedLogEvery.
+func (b *Bus) refuse(ctx context.Context, err error, size int) {
+	b.refused.Add(ctx, err)
+	if now := time.Now(); b.refusedLogged.IsZero() || now.Sub(b.refusedLogged) >= refusedLogEvery {
+		b.refusedLogged = now
+		b.log.LogAttrs(ctx, slog.LevelWarn, "fleet event without a valid signature refused; more within a minute are only counted",
+			slog.Any("error", err), slog.Int("bytes", size))
 	}
 }

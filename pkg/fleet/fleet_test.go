@@ -2,13 +2,17 @@ package fleet_test
 
 import (
 	"context"
+	"log/slog"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/tollgatehq/tollgate/internal/logtest"
+	"github.com/tollgatehq/tollgate/internal/metrictest"
 	"github.com/tollgatehq/tollgate/internal/polltest"
 	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
@@ -23,11 +27,17 @@ type listener struct {
 	events []fleet.Event
 }
 
-func listen(t *testing.T, addr string) *listener {
+// listen runs a Bus on the channel test.fleet of the Redis at addr until
+// the test ends; tweaks change its options.
+func listen(t *testing.T, addr string, tweaks ...func(*fleet.Options)) *listener {
 	t.Helper()
 	client := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1})
 	t.Cleanup(func() { _ = client.Close() })
-	bus, err := fleet.New(fleet.Options{Client: client, Channel: "test.fleet", Backoff: 10 * time.Millisecond, HealthCheck: 50 * time.Millisecond})
+	opts := fleet.Options{Client: client, Channel: "test.fleet", Backoff: 10 * time.Millisecond, HealthCheck: 50 * time.Millisecond}
+	for _, tweak := range tweaks {
+		tweak(&opts)
+	}
+	bus, err := fleet.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,4 +102,55 @@ func TestBus(t *testing.T) {
 	polltest.Eventually(t, 5*time.Second, func() bool { return !b.bus.Subscribed() }, "a hung Redis goes unnoticed")
 	srv.Continue()
 	polltest.Eventually(t, 10*time.Second, func() bool { return len(b.received()) == 4 }, "no resync after a hang: %+v", b.received())
+}
+
+// TestSignedBus runs Buses with a key (--fleet-hmac-key-file) beside one
+// without. The keyed listener refuses, counts and logs an unsigned event
+// published on the channel by hand, one signed under another key and a
+// signed one altered, and hands on the event of a Bus with its key; the
+// Bus without a key hands on all of them.
+func TestSignedBus(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	raw := goredis.NewClient(&goredis.Options{Addr: srv.Addr, MaxRetries: -1})
+	t.Cleanup(func() { _ = raw.Close() })
+	ctx := t.Context()
+	key, wrong := mustKey(t, wireKey), mustKey(t, "another-key-0123456789abcdef0123")
+	mp, metric := metrictest.New(t)
+	var logs logtest.Buffer
+	keyed := listen(t, srv.Addr, func(o *fleet.Options) {
+		o.Key, o.MeterProvider, o.Logger = key, mp, slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	unkeyed := listen(t, srv.Addr)
+	peer := listen(t, srv.Addr, func(o *fleet.Options) { o.Key = key })
+	stranger := listen(t, srv.Addr, func(o *fleet.Options) { o.Key = wrong })
+
+	if err := raw.Publish(ctx, "test.fleet", `{"overrides":true,"origin":"forger"}`).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := stranger.bus.Publish(ctx, fleet.Event{Overrides: true}); err != nil {
+		t.Fatal(err)
+	}
+	altered := strings.Replace(sign(`{"overrides":true,"origin":"signer"}`), "signer", "forger", 1)
+	if err := raw.Publish(ctx, "test.fleet", altered).Err(); err != nil {
+		t.Fatal(err)
+	}
+	counters := []store.Counter{{Domain: "d", Entries: []store.Entry{{Key: "k", Value: "v"}}, Shard: "v", Kind: algorithm.FixedWindow, Period: 60e6}}
+	if err := peer.bus.Publish(ctx, fleet.Event{Reset: counters}); err != nil {
+		t.Fatal(err)
+	}
+	// The channel keeps order: once the peer's event is handed on, the
+	// three before it have been read.
+	polltest.Eventually(t, 5*time.Second, func() bool { return len(keyed.received()) == 2 }, "the keyed Bus received %+v", keyed.received())
+	if got := keyed.received(); !reflect.DeepEqual(got[1].Reset, counters) || got[1].Overrides {
+		t.Fatalf("the keyed Bus received %+v, want a resync, then the peer's reset alone", got)
+	}
+	if got := metric("tollgate_fleet_unsigned_refused"); got != 3 {
+		t.Errorf("tollgate_fleet_unsigned_refused = %d, want 3", got)
+	}
+	// The first refusal is logged, the others within a minute only counted.
+	if got := strings.Count(logs.String(), "fleet event without a valid signature refused"); got != 1 ||
+		!strings.Contains(logs.String(), "error=\"no signature\"") {
+		t.Errorf("%d refusals logged, want the first (no signature):\n%s", got, logs.String())
+	}
+	polltest.Eventually(t, 5*time.Second, func() bool { return len(unkeyed.received()) == 5 }, "the Bus without a key received %+v", unkeyed.received())
 }
