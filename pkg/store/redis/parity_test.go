@@ -287,13 +287,18 @@ func runParity(t *testing.T, s *redis.Store, oneShard bool, steps int, advance f
 				}
 			}
 		case op < 4 && len(granted) > 0:
-			// Return one to three leases (of the batch's shard on a
-			// cluster, so that they share one call and one instant).
+			// Return one to three leases, on a cluster all of one shard
+			// (the latest lease's), so that they share one call and one
+			// instant: on the server's clock each slot's call reads its
+			// own TIME, while the reference gives every lease back at
+			// the first call's, and a bucket's refund depends on the
+			// instant (through the whole tokens it holds then).
 			var rets []store.LeaseReturn
+			shard := granted[len(granted)-1].Counter.Shard
 			for range 1 + rng.IntN(3) {
 				k := rng.IntN(len(granted))
 				r := granted[k]
-				if oneShard && r.Counter.Shard != granted[len(granted)-1].Counter.Shard {
+				if oneShard && r.Counter.Shard != shard {
 					continue
 				}
 				r.Unspent = rng.Int64N(r.Lease.Hits+2) - rng.Int64N(2)
