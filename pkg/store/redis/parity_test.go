@@ -40,16 +40,34 @@ func TestMatchesReference(t *testing.T) {
 		t.Run(d.Name+"/client clock", func(t *testing.T) {
 			clock := storetest.NewClock(t0)
 			s := newStore(t, redis.Options{Client: d.Client(t), KeyPrefix: "p", Now: clock.Now})
-			runParity(t, s, d.Name == "cluster", steps, func(rng *rand.Rand) {
-				clock.Advance(time.Duration(rng.ExpFloat64()*float64(20*time.Millisecond)) + time.Duration(rng.IntN(2))*time.Microsecond)
+			rng := rand.New(rand.NewPCG(1, 2))
+			penalized := runParity(t, s, parityRun{
+				src:      rng,
+				rules:    drawParityRules(rng),
+				steps:    steps,
+				oneShard: d.Name == "cluster",
+				advance: func() {
+					clock.Advance(time.Duration(rng.ExpFloat64()*float64(20*time.Millisecond)) + time.Duration(rng.IntN(2))*time.Microsecond)
+				},
 			})
+			requirePenalized(t, penalized, steps)
 		})
-		// On the server's clock, where token buckets keep their TAT in the
-		// key's expiry, time runs for real: Redis expires keys as it goes.
+		// On the server's clock, time runs for real: Redis expires keys as
+		// it goes.
 		t.Run(d.Name+"/server clock", func(t *testing.T) {
 			s := newStore(t, redis.Options{Client: d.Client(t), KeyPrefix: "q"})
-			runParity(t, s, d.Name == "cluster", steps, nil)
+			rng := rand.New(rand.NewPCG(1, 2))
+			penalized := runParity(t, s, parityRun{src: rng, rules: drawParityRules(rng), steps: steps, oneShard: d.Name == "cluster"})
+			requirePenalized(t, penalized, steps)
 		})
+	}
+}
+
+// requirePenalized fails t when no hit of a run was blocked by a penalty.
+func requirePenalized(t *testing.T, penalized, steps int) {
+	t.Helper()
+	if penalized == 0 {
+		t.Errorf("no hit of %d steps was blocked by a penalty: the penalties went untested", steps)
 	}
 }
 
@@ -76,7 +94,7 @@ func TestMergedMatchesReference(t *testing.T) {
 				s := newStore(t, opts)
 				ref := newReference()
 				rng := rand.New(rand.NewPCG(3, 4))
-				limits := parityLimits(rng)
+				rules := drawParityRules(rng)
 				for step := range steps {
 					c.Advance(time.Duration(rng.ExpFloat64() * float64(20*time.Millisecond)))
 					batches := make([][]store.Hit, 1+rng.IntN(8))
@@ -85,7 +103,7 @@ func TestMergedMatchesReference(t *testing.T) {
 						shard := "s" + strconv.Itoa(rng.IntN(3))
 						batches[b] = make([]store.Hit, 1+rng.IntN(4))
 						for i := range batches[b] {
-							batches[b][i] = parityHit(rng, limits, shard)
+							batches[b][i] = parityHit(rng, rules, shard)
 						}
 						got[b] = make([]algorithm.Verdict, len(batches[b]))
 					}
@@ -134,7 +152,7 @@ func TestMergedLeasesMatchReference(t *testing.T) {
 				s := newStore(t, opts)
 				ref := newReference()
 				rng := rand.New(rand.NewPCG(5, 6))
-				limits := parityLimits(rng)
+				rules := drawParityRules(rng)
 				granted := map[string][]store.LeaseReturn{} // by shard
 				leases, returns, applies := 0, 0, 0
 				for step := range steps {
@@ -144,7 +162,7 @@ func TestMergedLeasesMatchReference(t *testing.T) {
 						shard := "s" + strconv.Itoa(rng.IntN(3))
 						hits := make([]store.Hit, 1+rng.IntN(4))
 						for i := range hits {
-							hits[i] = parityHit(rng, limits, shard)
+							hits[i] = parityHit(rng, rules, shard)
 						}
 						switch r := rng.IntN(4); {
 						case r == 0:
@@ -228,25 +246,53 @@ func TestMergedLeasesMatchReference(t *testing.T) {
 	}
 }
 
+// paritySource is where a differential run draws its choices: a seeded
+// *rand.Rand, or fuzz input (fuzzSource).
+type paritySource interface {
+	IntN(n int) int
+	Int64N(n int64) int64
+}
+
+// parityRules are the rules a differential run draws its hits from:
+// limits[i] under penalties[i], nil for none.
+type parityRules struct {
+	limits    []algorithm.Limit
+	penalties []*algorithm.Penalty
+}
+
+// parityRun is what runParity runs. The zero values of its optional
+// fields work.
+type parityRun struct {
+	src   paritySource
+	rules parityRules
+	// steps is the most steps to take.
+	steps int
+	// more, when not nil, reports whether to take another step.
+	more func() bool
+	// oneShard gives each batch a single shard, so a cluster decides it
+	// in one slot group.
+	oneShard bool
+	// advance, when not nil, moves the store's clock before each step;
+	// nil means that the store is on the server's clock.
+	advance func()
+}
+
 // runParity applies random batches to s, with random lease reservations
 // and returns among them, and compares every verdict and lease with the
-// reference's at the instant Redis decided. advance, when not nil, moves
-// the store's clock before each step. With oneShard, each batch has a
-// single shard, so a cluster decides it in one slot group.
+// reference's at the instant Redis decided. It returns how many hits a
+// penalty blocked.
 //
 // On the server's clock a lease's Until is on the local clock (see
 // Reserve), so there it is compared only as at most the reference's.
-func runParity(t *testing.T, s *redis.Store, oneShard bool, steps int, advance func(*rand.Rand)) {
+func runParity(t *testing.T, s *redis.Store, run parityRun) (penalized int) {
 	ctx := context.Background()
 	ref := newReference()
-	rng := rand.New(rand.NewPCG(1, 2))
-	limits := parityLimits(rng)
+	rng, oneShard := run.src, run.oneShard
 	var granted []store.LeaseReturn
 	last := int64(0)
-	penalized := 0
-	for step := range steps {
-		if advance != nil {
-			advance(rng)
+	for step := 0; step < run.steps && (run.more == nil || run.more()); step++ {
+		if run.advance != nil {
+			run.advance()
 		}
 		shard := ""
 		if oneShard {
@@ -254,7 +300,7 @@ func runParity(t *testing.T, s *redis.Store, oneShard bool, steps int, advance f
 		}
 		hits := make([]store.Hit, 1+rng.IntN(4))
 		for i := range hits {
-			hits[i] = parityHit(rng, limits, shard)
+			hits[i] = parityHit(rng, run.rules, shard)
 		}
 		var now int64
 		switch op := rng.IntN(10); {
@@ -275,7 +321,7 @@ func runParity(t *testing.T, s *redis.Store, oneShard bool, steps int, advance f
 			want := ref.reserve(t, now, reqs)
 			for i := range reqs {
 				g, w := got[i], want[i]
-				if advance == nil && g.Until <= w.Until {
+				if run.advance == nil && g.Until <= w.Until {
 					g.Until = w.Until
 				}
 				if g != w {
@@ -287,13 +333,18 @@ func runParity(t *testing.T, s *redis.Store, oneShard bool, steps int, advance f
 				}
 			}
 		case op < 4 && len(granted) > 0:
-			// Return one to three leases (of the batch's shard on a
-			// cluster, so that they share one call and one instant).
+			// Return one to three leases, on a cluster all of one shard
+			// (the latest lease's), so that they share one call and one
+			// instant: on the server's clock each slot's call reads its
+			// own TIME, while the reference gives every lease back at
+			// the first call's, and a bucket's refund depends on the
+			// instant (through the whole tokens it holds then).
 			var rets []store.LeaseReturn
+			shard := granted[len(granted)-1].Counter.Shard
 			for range 1 + rng.IntN(3) {
 				k := rng.IntN(len(granted))
 				r := granted[k]
-				if oneShard && r.Counter.Shard != granted[len(granted)-1].Counter.Shard {
+				if oneShard && r.Counter.Shard != shard {
 					continue
 				}
 				r.Unspent = rng.Int64N(r.Lease.Hits+2) - rng.Int64N(2)
@@ -334,15 +385,38 @@ func runParity(t *testing.T, s *redis.Store, oneShard bool, steps int, advance f
 		}
 		last = now
 	}
-	if penalized == 0 {
-		t.Errorf("no hit of %d steps was blocked by a penalty: the penalties went untested", steps)
-	}
+	return penalized
 }
 
-// parityLimits returns limits to draw from: small ones that fill and
-// drain during the test, and extreme ones within algorithm.Validate.
-func parityLimits(rng *rand.Rand) []algorithm.Limit {
-	ls := []algorithm.Limit{
+// drawParityRules returns the rules to draw from: small limits that fill and
+// drain during the test, and extreme ones within algorithm.Validate, two
+// thirds of them under a penalty (parityPenalty).
+func drawParityRules(rng paritySource) parityRules {
+	ls := fixedParityLimits()
+	for range 6 {
+		l := algorithm.Limit{
+			Kind:     algorithm.Kind(1 + rng.IntN(4)),
+			Requests: rng.Int64N(10),
+			Period:   1 + rng.Int64N(200_000),
+		}
+		if l.Kind == algorithm.TokenBucket {
+			l.Burst = rng.Int64N(4)
+		}
+		ls = append(ls, l)
+	}
+	rules := parityRules{limits: ls}
+	for i, l := range ls {
+		if err := l.Validate(); err != nil {
+			panic(err)
+		}
+		rules.penalties = append(rules.penalties, parityPenalty(i))
+	}
+	return rules
+}
+
+// fixedParityLimits returns the limits every differential run draws from.
+func fixedParityLimits() []algorithm.Limit {
+	return []algorithm.Limit{
 		{Kind: algorithm.TokenBucket, Requests: 5, Burst: 2, Period: 100_000},
 		{Kind: algorithm.TokenBucket, Requests: 3, Period: 70_001},
 		{Kind: algorithm.TokenBucket, Requests: 4_000_000, Period: 1_000_000},
@@ -355,30 +429,13 @@ func parityLimits(rng *rand.Rand) []algorithm.Limit {
 		{Kind: algorithm.SlidingWindowLog, Requests: 5, Period: 60_000},
 		{Kind: algorithm.SlidingWindowLog, Requests: 1, Period: 30_000},
 	}
-	for range 6 {
-		l := algorithm.Limit{
-			Kind:     algorithm.Kind(1 + rng.IntN(4)),
-			Requests: rng.Int64N(10),
-			Period:   1 + rng.Int64N(200_000),
-		}
-		if l.Kind == algorithm.TokenBucket {
-			l.Burst = rng.Int64N(4)
-		}
-		ls = append(ls, l)
-	}
-	for _, l := range ls {
-		if err := l.Validate(); err != nil {
-			panic(err)
-		}
-	}
-	return ls
 }
 
-// parityHit draws a hit: one of a few descriptors per limit, so batches
+// parityHit draws a hit: one of a few descriptors per rule, so batches
 // meet counters again and again.
-func parityHit(rng *rand.Rand, limits []algorithm.Limit, shard string) store.Hit {
-	li := rng.IntN(len(limits))
-	l := limits[li]
+func parityHit(rng paritySource, rules parityRules, shard string) store.Hit {
+	li := rng.IntN(len(rules.limits))
+	l := rules.limits[li]
 	value := strconv.Itoa(li) + "." + strconv.Itoa(rng.IntN(2))
 	capacity := max(l.Capacity(), 1)
 	var cost int64
@@ -413,7 +470,7 @@ func parityHit(rng *rand.Rand, limits []algorithm.Limit, shard string) store.Hit
 		Limit:   l,
 		Cost:    cost,
 		Soft:    rng.IntN(6) == 0,
-		Penalty: parityPenalty(li),
+		Penalty: rules.penalties[li],
 	}
 }
 
