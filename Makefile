@@ -4,6 +4,9 @@ GO        ?= go
 BIN       := bin/tollgate
 PKGS      := ./...
 FUZZTIME  ?= 20s
+# A new interesting input is shrunk for at most this long (Go's default is
+# 60 s, which would leave a short run little time to search).
+FUZZMINIMIZE ?= 2s
 BENCHTIME ?= 1s
 # golangci-lint runs through `go run` at this pinned version, so a fresh
 # machine needs nothing but Go (the first run builds it: a few minutes).
@@ -59,7 +62,7 @@ fuzz: ## Run every fuzz target for FUZZTIME each, from its committed corpus.
 		for f in $$(grep -o '^func Fuzz[A-Za-z0-9_]*' $$target | cut -d' ' -f2); do \
 			echo "== $$dir $$f"; \
 			for try in 1 2 3; do \
-				out=$$($(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) ./$$dir 2>&1); rc=$$?; \
+				out=$$($(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) ./$$dir 2>&1); rc=$$?; \
 				if [ $$rc -eq 0 ]; then echo "$$out" | tail -2; break; fi; \
 				echo "$$out"; \
 				if echo "$$out" | grep -q 'Failing input written' || ! echo "$$out" | grep -q 'context deadline exceeded'; then exit 1; fi; \
