@@ -115,6 +115,16 @@ func FuzzApply(f *testing.F) {
 		if err != nil {
 			errText = digits.ReplaceAllString(err.Error(), "0")
 		}
+		// An error may quote the value of a variable that is no secret,
+		// which may hold a secret's value: only the rest of it counts.
+		errRest := errText
+		for name, value := range env {
+			if !slices.Contains(secretVars, name) {
+				if value = digits.ReplaceAllString(strings.TrimSpace(value), "0"); value != "" {
+					errRest = strings.ReplaceAll(errRest, value, "")
+				}
+			}
+		}
 		for name, value := range env {
 			value = digits.ReplaceAllString(strings.TrimSpace(value), "0")
 			if len(value) < 8 || strings.Contains(source, value) {
@@ -123,7 +133,7 @@ func FuzzApply(f *testing.F) {
 			if strings.Contains(text, value) {
 				t.Fatalf("the report shows the value of %s, %q:\n%+v\nown settings: %q", name, env[name], report, slices.Sorted(maps.Keys(src.own)))
 			}
-			if slices.Contains(secretVars, name) && strings.Contains(errText, value) {
+			if slices.Contains(secretVars, name) && strings.Contains(errRest, value) {
 				t.Fatalf("an error shows the value of %s, %q: %v", name, env[name], err)
 			}
 		}
