@@ -63,7 +63,7 @@ fuzz: ## Run every fuzz target for FUZZTIME each, from its committed corpus.
 			echo "== $$dir $$f"; \
 			for try in 1 2 3; do \
 				out=$$($(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) ./$$dir 2>&1); rc=$$?; \
-				if [ $$rc -eq 0 ]; then echo "$$out" | tail -2; break; fi; \
+				if [ $$rc -eq 0 ]; then echo "$$out" | grep "execs:" | tail -1; echo "$$out" | tail -1; break; fi; \
 				echo "$$out"; \
 				if echo "$$out" | grep -q 'Failing input written' || ! echo "$$out" | grep -q 'context deadline exceeded'; then exit 1; fi; \
 				echo "(the Go 1.26 coordinator race, golang/go#75804: running $$f again)"; \
