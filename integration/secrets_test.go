@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/tollgatehq/tollgate/internal/apptest"
 	"github.com/tollgatehq/tollgate/internal/logtest"
 	"github.com/tollgatehq/tollgate/internal/polltest"
 	"github.com/tollgatehq/tollgate/internal/redistest"
@@ -226,17 +227,7 @@ func TestSecretsAdminTokensStayOut(t *testing.T) {
 		return strings.Contains(svc.get(t, svc.debugAddr, "/debug/config"), "search")
 	}, "the rules to load")
 	call := func(token, method, path, body string) int {
-		req, err := http.NewRequest(method, "http://"+svc.adminAddr+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
+		return apptest.Send(t, method, "http://"+svc.adminAddr+path, token, body)
 	}
 	search := `{"domain":"api","descriptors":[{"entries":[{"key":"api_key","value":"k"},{"key":"endpoint","value":"/search"}]}]}`
 	for _, token := range []string{fileToken, envToken, wrong} {
@@ -398,17 +389,7 @@ func TestSecretsFleetHMACKeyStaysOut(t *testing.T) {
 		return resp.StatusCode == http.StatusOK
 	}, "tollgate to serve")
 	call := func(method, path, body string) int {
-		req, err := http.NewRequest(method, "http://"+adminAddr+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
+		return apptest.Send(t, method, "http://"+adminAddr+path, token, body)
 	}
 	if got := call("POST", "/v1/overrides",
 		`{"domain":"api","entries":[{"key":"api_key","value":"k"}],"multiplier":2,"expires_in":"1h","reason":"test"}`); got != http.StatusCreated {

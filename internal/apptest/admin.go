@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/tollgatehq/tollgate/internal/logtest"
@@ -89,7 +90,14 @@ func Get(t testing.TB, url string) string {
 // returns the answer's status code.
 func Status(t testing.TB, method, url, token string) int {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), method, url, nil)
+	return Send(t, method, url, token, "")
+}
+
+// Send calls url with method and body (none if empty), presenting token
+// unless it is empty, and returns the answer's status code.
+func Send(t testing.TB, method, url, token, body string) int {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}

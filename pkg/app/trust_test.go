@@ -81,19 +81,14 @@ func TestTrustedSources(t *testing.T) {
 		}
 	})
 	t.Run("client certificates", func(t *testing.T) {
-		serverCA, clientCA := tlsfilestest.NewCA(t, "server CA"), tlsfilestest.NewCA(t, "client CA")
-		certDir := t.TempDir()
-		certFile, keyFile := serverCA.Server(t, tlsfilestest.Names{DNS: []string{"tollgate.test"}}).Write(t, certDir)
-		caFile, clientCAFile := filepath.Join(certDir, "ca.crt"), filepath.Join(certDir, "client-ca.crt")
-		tlsfilestest.WriteFile(t, caFile, serverCA.PEM)
-		tlsfilestest.WriteFile(t, clientCAFile, clientCA.PEM)
+		m := tlsfilestest.NewMutual(t, t.TempDir(), "tollgate.test")
 		a := apptest.Start(t, dir, apptest.Options{Settings: func(s *app.Settings) {
-			s.GRPCTLS.Cert, s.GRPCTLS.Key, s.GRPCTLS.ClientCA = certFile, keyFile, clientCAFile
+			s.GRPCTLS.Cert, s.GRPCTLS.Key, s.GRPCTLS.ClientCA = m.CertFile, m.KeyFile, m.ClientCAFile
 			s.Trust.Sources = []string{"san:gateway.test"}
 		}})
 		as := func(name string) rlsclient.TLS {
-			cert, key := clientCA.Client(t, tlsfilestest.Names{DNS: []string{name}}).Write(t, t.TempDir())
-			return rlsclient.TLS{CAFile: caFile, ServerName: "tollgate.test", CertFile: cert, KeyFile: key}
+			cert, key := m.ClientFiles(t, name)
+			return rlsclient.TLS{CAFile: m.CAFile, ServerName: "tollgate.test", CertFile: cert, KeyFile: key}
 		}
 		gateway, other := as("gateway.test"), as("other.test")
 		for _, c := range []struct {

@@ -68,18 +68,13 @@ func TestAdminOffWithoutToken(t *testing.T) {
 // the CLI's --tls-* flags: with the client certificate it answers, without
 // it or in plaintext it does not.
 func TestAdminOverTLS(t *testing.T) {
-	serverCA, clientCA := tlsfilestest.NewCA(t, "server CA"), tlsfilestest.NewCA(t, "client CA")
-	dir := t.TempDir()
-	certFile, keyFile := serverCA.Server(t, tlsfilestest.Names{DNS: []string{"tollgate.test"}}).Write(t, dir)
-	caFile, clientCAFile := filepath.Join(dir, "server-ca.crt"), filepath.Join(dir, "client-ca.crt")
-	tlsfilestest.WriteFile(t, caFile, serverCA.PEM)
-	tlsfilestest.WriteFile(t, clientCAFile, clientCA.PEM)
-	clientCert, clientKey := clientCA.Client(t, tlsfilestest.Names{DNS: []string{"ops.test"}}).Write(t, t.TempDir())
+	m := tlsfilestest.NewMutual(t, t.TempDir(), "tollgate.test")
+	clientCert, clientKey := m.ClientFiles(t, "ops.test")
 	a := apptest.StartAdmin(t, func(s *app.Settings) {
-		s.AdminTLS.Cert, s.AdminTLS.Key, s.AdminTLS.ClientCA, s.AdminTLS.ClientSAN = certFile, keyFile, clientCAFile, "ops.test"
+		s.AdminTLS.Cert, s.AdminTLS.Key, s.AdminTLS.ClientCA, s.AdminTLS.ClientSAN = m.CertFile, m.KeyFile, m.ClientCAFile, "ops.test"
 	})
 	env := map[string]string{"TOLLGATE_ADMIN_TOKEN": apptest.OpsToken}
-	server := []string{"--tls-ca", caFile, "--tls-server-name", "tollgate.test"}
+	server := []string{"--tls-ca", m.CAFile, "--tls-server-name", "tollgate.test"}
 	for _, c := range []struct {
 		name    string
 		flags   []string

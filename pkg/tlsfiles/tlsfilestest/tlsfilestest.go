@@ -42,6 +42,44 @@ type Names struct {
 	URIs []string
 }
 
+// Mutual is the files of a mutual TLS test: a server certificate, the CA
+// that signs it, and the CA that signs the clients'.
+type Mutual struct {
+	// CertFile and KeyFile are the server's certificate and key.
+	CertFile, KeyFile string
+	// CAFile holds the server CA's certificate, for clients to trust.
+	CAFile string
+	// ClientCAFile holds ClientCA's certificate, for the server to trust.
+	ClientCAFile string
+	// ClientCA signs client certificates (ClientFiles).
+	ClientCA *CA
+	dir      string
+}
+
+// NewMutual writes into dir a server certificate for serverName, its CA's
+// certificate and a client CA's certificate.
+func NewMutual(t testing.TB, dir, serverName string) *Mutual {
+	t.Helper()
+	serverCA := NewCA(t, "server CA")
+	m := &Mutual{ClientCA: NewCA(t, "client CA"), dir: dir,
+		CAFile: filepath.Join(dir, "server-ca.crt"), ClientCAFile: filepath.Join(dir, "client-ca.crt")}
+	m.CertFile, m.KeyFile = serverCA.Server(t, Names{DNS: []string{serverName}}).Write(t, dir)
+	WriteFile(t, m.CAFile, serverCA.PEM)
+	WriteFile(t, m.ClientCAFile, m.ClientCA.PEM)
+	return m
+}
+
+// ClientFiles writes a client certificate carrying the DNS name name,
+// signed by m.ClientCA, and returns its certificate and key files.
+func (m *Mutual) ClientFiles(t testing.TB, name string) (certFile, keyFile string) {
+	t.Helper()
+	dir := filepath.Join(m.dir, "client-"+name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return m.ClientCA.Client(t, Names{DNS: []string{name}}).Write(t, dir)
+}
+
 // NewCA returns a new self-signed CA named name.
 func NewCA(t testing.TB, name string) *CA {
 	t.Helper()
