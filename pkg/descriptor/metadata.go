@@ -1,6 +1,7 @@
 package descriptor
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"regexp"
@@ -117,7 +118,7 @@ func (b *domainBuilder) metadataValue(n *yaml.Node, path, name string, depth int
 			v, err = jsonNumber(v)
 		}
 		if err != nil {
-			b.errorf(n, path, "%s: %v", name, err)
+			b.errorf(n, path, "%s: %q: %v", name, n.Value, err)
 			return nil, false
 		}
 		return v, true
@@ -136,7 +137,7 @@ func jsonNumber(v any) (any, error) {
 		return float64(n), nil
 	case float64:
 		if math.IsInf(n, 0) || math.IsNaN(n) {
-			return nil, fmt.Errorf("%v: a number must be finite (JSON cannot carry it)", n)
+			return nil, errors.New("a number must be finite (JSON cannot carry it)")
 		}
 	}
 	return v, nil
@@ -157,7 +158,7 @@ func resolve11(n *yaml.Node) (any, error) {
 			return n.Value, nil
 		case "!!int", "!!float", "!!bool", "!!null":
 		default:
-			return nil, fmt.Errorf("tag %s is not supported", n.Tag)
+			return nil, errors.New("its tag is not supported")
 		}
 	}
 	s := n.Value
