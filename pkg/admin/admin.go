@@ -470,7 +470,7 @@ func (h *Handler) fail(w http.ResponseWriter, doing string, err error) {
 		httpapi.WriteError(w, http.StatusNotFound, err.Error())
 	case errors.Is(err, limiter.ErrCannotReset):
 		httpapi.WriteError(w, http.StatusNotImplemented, doing+": "+err.Error())
-	case errors.Is(err, limiter.ErrUnavailable):
+	case errors.Is(err, limiter.ErrUnavailable), errors.Is(err, limiter.ErrNoRules):
 		h.opts.Logger.Warn(doing+" failed", "error", err)
 		httpapi.WriteError(w, http.StatusServiceUnavailable, doing+": "+err.Error())
 	default:

@@ -4,9 +4,9 @@ import (
 	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
-	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -178,19 +178,10 @@ func writeRule(b dumpWriter, r *Rule, indent string) {
 		}
 	}
 	if len(r.Metadata) > 0 {
-		keys := make([]string, 0, len(r.Metadata))
-		for k := range r.Metadata {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		b.WriteString(", metadata{")
-		for i, k := range keys {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteString(quote(k) + "=" + quote(r.Metadata[k]))
-		}
-		b.WriteByte('}')
+		// Finite numbers, strings, bools, nulls, lists and mappings:
+		// always JSON, its keys sorted.
+		md, _ := json.Marshal(r.Metadata)
+		b.WriteString(", metadata=" + string(md))
 	}
 	b.WriteByte('\n')
 	for _, l := range r.Limits {

@@ -217,5 +217,8 @@ type Rule struct {
 	ValueToMetric  bool
 	Replaces       []string // names of limits this rule's limits replace
 	FailureMode    FailureMode
-	Metadata       map[string]string
+	// Metadata is the rule's metadata (see metadata.go): string, float64,
+	// bool, nil, []any and map[string]any values, as a protobuf Struct
+	// holds them. The Tree shares it: never change it.
+	Metadata map[string]any
 }

@@ -183,7 +183,9 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		h.opts.Logger.Warn("check failed", "domain", req.Domain, "error", err)
+		if !errors.Is(err, limiter.ErrNoRules) { // /readyz says so already
+			h.opts.Logger.Warn("check failed", "domain", req.Domain, "error", err)
+		}
 		WriteError(w, http.StatusServiceUnavailable, "rate limit decision failed: "+err.Error())
 		return
 	}

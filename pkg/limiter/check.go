@@ -87,11 +87,12 @@ func (l *Limiter) CheckInto(ctx context.Context, req *Request, resp *Response) (
 	resp.Headers = resp.Headers[:0]
 	resp.Body = nil
 
-	var dom *descriptor.Domain
 	tree := l.tree()
-	if tree != nil {
-		dom = tree.Domain(req.Domain)
+	if tree == nil {
+		l.metrics.decisions.Add(ctx, int64(n), l.metrics.noRules...)
+		return ErrNoRules
 	}
+	dom := tree.Domain(req.Domain)
 	if dom == nil {
 		for i := range resp.Statuses {
 			resp.Statuses[i] = Status{Code: OK}

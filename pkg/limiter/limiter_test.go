@@ -769,9 +769,8 @@ func TestNewRequiresStoreAndTree(t *testing.T) {
 	if err != nil {
 		t.Fatalf("New with zero options: %v", err)
 	}
-	resp, err := l.Check(context.Background(), req("any", d("k=v")))
-	if err != nil || resp.Code != OK || resp.Statuses[0] != (Status{Code: OK}) {
-		t.Errorf("Check with a nil tree = %+v, %v; want OK", resp, err)
+	if resp, err := l.Check(context.Background(), req("any", d("k=v"))); !errors.Is(err, ErrNoRules) {
+		t.Errorf("Check with a nil tree = %+v, %v; want ErrNoRules", resp, err)
 	}
 }
 

@@ -30,6 +30,7 @@ const (
 	resultReplaced                      // every limit replaced by another rule
 	resultDegraded                      // store failed: answered by the failure mode
 	resultPenalized                     // counted and blocked by a penalty's cooldown
+	resultNoRules                       // no rules loaded yet: answered ErrNoRules
 	numResults
 )
 
@@ -45,6 +46,7 @@ var resultNames = [numResults]string{
 	resultReplaced:        "replaced",
 	resultDegraded:        "degraded",
 	resultPenalized:       "penalized",
+	resultNoRules:         "no_rules",
 }
 
 // The attribute values used where there is no domain or rule name. Metrics
@@ -68,7 +70,7 @@ type metrics struct {
 	envoyIgnored metric.Int64Counter
 	latency      metric.Float64Histogram
 
-	unknownDomain []metric.AddOption
+	unknownDomain, noRules []metric.AddOption
 }
 
 func newMetrics(mp metric.MeterProvider) (*metrics, error) {
@@ -112,7 +114,8 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.unknownDomain = newLabelSet(unknownDomain, "", "").opts[resultUnmatched]
+	unknown := newLabelSet(unknownDomain, "", "")
+	m.unknownDomain, m.noRules = unknown.opts[resultUnmatched], unknown.opts[resultNoRules]
 	return &m, nil
 }
 

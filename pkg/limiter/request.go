@@ -45,6 +45,13 @@ var ErrUntrusted = errors.New("a charge marker or a refund from a source that is
 // adapters map it, to gRPC Unavailable and HTTP 503, for checkers that do.
 var ErrUnavailable = store.ErrUnavailable
 
+// ErrNoRules reports a check made before any rules were loaded: rules over
+// xDS that have not come yet. The adapters answer it as unavailable (gRPC
+// Unavailable, HTTP 503), so that Envoy gets an error and applies its own
+// failure mode (failure_mode_deny), as it does when envoyproxy/ratelimit,
+// which opens no port before its first rules, cannot be reached.
+var ErrNoRules = errors.New("no rules loaded yet")
+
 // Request is one rate-limit question: a domain and its descriptors.
 type Request struct {
 	Domain      string

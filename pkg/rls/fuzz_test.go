@@ -52,9 +52,11 @@ descriptors:
     action: deny
   - key: api_key
     rate_limit: {unit: second, requests_per_unit: 3, algorithm: token_bucket, burst: 2}
+    metadata: {team: core, cost: {unit: request, tags: [a, 1]}, on: yes}
     descriptors:
       - key: endpoint
         value: /search
+        metadata: {cost: {unit: search, weight: 2.5}, team: {nested: ~}}
         rate_limit: {unit: minute, requests_per_unit: 3, algorithm: sliding_window_log}
       - key: endpoint
         value: /users
@@ -203,7 +205,7 @@ func fuzzServers(t *testing.T, tree *descriptor.Tree, logs *bytes.Buffer) (up, d
 		if err != nil {
 			t.Fatalf("limiter.New: %v", err)
 		}
-		return New(Options{Limiter: l, Logger: log})
+		return New(Options{Limiter: l, Logger: log, ResponseDynamicMetadata: true})
 	}
 	up = newServer(memory.New(memory.Options{MaxKeys: 10000, Now: now}), nil)
 	down = newServer(storetest.Failing{Err: store.ErrUnavailable}, memory.New(memory.Options{MaxKeys: 1000, Now: now}))

@@ -29,7 +29,8 @@ import (
 //	metadata     Struct: the rules' metadata merged over the descriptors
 //	             answered OK whose own rule's limits were counted (not
 //	             unlimited, allow or deny lists, overrides or replaced
-//	             limits), in request order, the first value of a key
+//	             limits), in request order: mappings under one key
+//	             merged recursively, else the first value of a key
 //	             winning; absent when empty
 //
 // tollgate's own (on unless Options.OmitDecisionMetadata), under DecisionKey,
@@ -195,24 +196,45 @@ func addRatelimitMetadata(fields map[string]*structpb.Value, req *rlsv3.RateLimi
 	if h := req.GetHitsAddend(); h != 0 {
 		fields["hitsAddend"] = structpb.NewNumberValue(float64(h))
 	}
-	var merged map[string]*structpb.Value
+	var merged map[string]any
 	for i := range r.Statuses {
 		st := &r.Statuses[i]
 		if st.Code != limiter.OK || !countedRule(st.Rule) || len(st.Rule.Metadata) == 0 {
 			continue
 		}
-		if merged == nil {
-			merged = make(map[string]*structpb.Value, len(st.Rule.Metadata))
-		}
-		for k, v := range st.Rule.Metadata {
-			if _, ok := merged[k]; !ok {
-				merged[k] = structpb.NewStringValue(v)
-			}
-		}
+		merged = mergeMetadata(merged, st.Rule.Metadata)
 	}
 	if len(merged) > 0 {
-		fields["metadata"] = structpb.NewStructValue(&structpb.Struct{Fields: merged})
+		// The loader admits only what a Struct holds (descriptor.Rule.Metadata).
+		if md, err := structpb.NewStruct(merged); err == nil {
+			fields["metadata"] = structpb.NewStructValue(md)
+		}
 	}
+}
+
+// mergeMetadata merges src under dst as envoyproxy/ratelimit does: a key
+// dst lacks is added, two mappings under one key are merged recursively,
+// and otherwise dst's value stays (the first descriptor's wins). It
+// returns the merged mapping; neither argument changes, since both may be
+// a rule's own.
+func mergeMetadata(dst, src map[string]any) map[string]any {
+	out := make(map[string]any, len(dst)+len(src))
+	for k, v := range dst {
+		out[k] = v
+	}
+	for k, v := range src {
+		have, ok := out[k]
+		if !ok {
+			out[k] = v
+			continue
+		}
+		haveMap, isMap := have.(map[string]any)
+		srcMap, srcIsMap := v.(map[string]any)
+		if isMap && srcIsMap {
+			out[k] = mergeMetadata(haveMap, srcMap)
+		}
+	}
+	return out
 }
 
 // countedRule reports whether rule's own limits were counted: what

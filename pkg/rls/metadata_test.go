@@ -119,13 +119,13 @@ func TestDecisionMetadataBounds(t *testing.T) {
 // metadata on answers made up for the purpose; TestRatelimitMetadataGolden
 // compares real answers with its own.
 func TestRatelimitMetadata(t *testing.T) {
-	withMeta := func(path string, meta map[string]string) *descriptor.Rule {
+	withMeta := func(path string, meta map[string]any) *descriptor.Rule {
 		return &descriptor.Rule{Path: path, Metadata: meta}
 	}
-	a := withMeta("a", map[string]string{"team": "a", "tier": "gold"})
-	b := withMeta("b", map[string]string{"team": "b", "cost": "3"})
-	over := withMeta("over", map[string]string{"over": "yes"})
-	unlimited := &descriptor.Rule{Path: "free", Unlimited: true, Metadata: map[string]string{"free": "yes"}}
+	a := withMeta("a", map[string]any{"team": "a", "tier": "gold", "cost": map[string]any{"unit": "req", "of": []any{1.0}}, "list": []any{"a"}})
+	b := withMeta("b", map[string]any{"team": "b", "cost": map[string]any{"unit": "token", "weight": 3.0}, "list": []any{"b"}, "on": true})
+	over := withMeta("over", map[string]any{"over": "yes"})
+	unlimited := &descriptor.Rule{Path: "free", Unlimited: true, Metadata: map[string]any{"free": "yes"}}
 	answer := &limiter.Response{Code: limiter.OverLimit, Statuses: []limiter.Status{
 		{Code: limiter.OK, Rule: a},
 		{Code: limiter.OverLimit, Rule: over},
@@ -160,7 +160,8 @@ func TestRatelimitMetadata(t *testing.T) {
 			{"entries": ["free=1"]},
 			{"entries": ["o=1"], "limit": "requests_per_unit:42 unit:HOUR unit_multiplier:{value:5}"}
 		],
-		"metadata": {"team": "a", "tier": "gold", "cost": "3"}
+		"metadata": {"team": "a", "tier": "gold", "on": true, "list": ["a"],
+			"cost": {"unit": "req", "of": [1], "weight": 3}}
 	}`)
 
 	// Without hits or any rule's metadata, neither key is there.

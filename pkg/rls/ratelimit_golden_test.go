@@ -86,6 +86,9 @@ func metaSteps() []metaStep {
 		{"limit override with a unit multiplier", r(multiplied)},
 		{"no rule, empty value", r(d("nothing=n", "empty="))},
 		{"no metadata at all", r(d("plain=p2"))},
+		{"typed values, as YAML 1.1 reads them", r(d("typed=t"))},
+		{"mappings merged recursively, else the first value wins", r(d("merge_a=x"), d("merge_b=y"))},
+		{"a nested rule's mappings merged under the first", r(d("merge_a=x", "sub=s"), d("merge_a=x"), d("merge_b=y"))},
 		{"unknown domain", &rlsv3.RateLimitRequest{Domain: "elsewhere", Descriptors: []*ratelimitv3.RateLimitDescriptor{d("api_key=k1")}}},
 	}
 }
@@ -93,14 +96,6 @@ func metaSteps() []metaStep {
 // metaDifferences are the steps where tollgate deliberately answers other
 // metadata than envoyproxy/ratelimit, with tollgate's.
 var metaDifferences = map[string]string{
-	// tollgate's descriptor model holds metadata values as strings: YAML's
-	// 3 and true arrive as "3" and "true", where envoyproxy/ratelimit
-	// gives a number and a bool.
-	"one limit with metadata": `{"domain": "meta", "descriptors": [{"entries": ["api_key=k1"]}],
-		"metadata": {"team": "search", "tier": "gold", "weight": "3", "beta": "true"}}`,
-	"nested descriptor, first value of a key wins": `{"domain": "meta",
-		"descriptors": [{"entries": ["api_key=k1", "endpoint=/search"]}, {"entries": ["api_key=k2"]}],
-		"metadata": {"endpoint": "search", "team": "nested", "tier": "gold", "weight": "3", "beta": "true"}}`,
 	// envoyproxy/ratelimit loses a rule's metadata when it rebuilds the
 	// limit for detailed_metric, or for value_to_metric when the counted
 	// value differs from the rule's; tollgate keeps it.

@@ -242,7 +242,7 @@ func (s *Server) grpcError(ctx context.Context, err error) error {
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return status.FromContextError(err).Err()
-	case errors.Is(err, limiter.ErrUnavailable):
+	case errors.Is(err, limiter.ErrUnavailable), errors.Is(err, limiter.ErrNoRules):
 		return status.Error(codes.Unavailable, err.Error())
 	}
 	s.log.ErrorContext(ctx, "rate-limit check failed", slog.Any("error", err))

@@ -3,6 +3,10 @@ package xds
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
 	"strings"
 	"testing/fstest"
 
@@ -10,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"gopkg.in/yaml.v3"
 
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
@@ -106,8 +111,18 @@ func unknownField(m protoreflect.Message, at string) string {
 	}
 	var found string
 	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		if fd.Message() == nil {
+		if fd.Message() == nil && !fd.IsMap() {
 			return true
+		}
+		if fd.IsMap() {
+			if fd.MapValue().Message() == nil {
+				return true
+			}
+			v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
+				found = unknownField(mv.Message(), fmt.Sprintf("%s.%s[%q]", at, fd.Name(), k.String()))
+				return found == ""
+			})
+			return found == ""
 		}
 		if fd.IsList() {
 			for i := range v.List().Len() {
@@ -156,7 +171,9 @@ type (
 		RateLimit      *yamlRateLimit   `yaml:"rate_limit,omitempty"`
 		Descriptors    []yamlDescriptor `yaml:"descriptors,omitempty"`
 		ShadowMode     bool             `yaml:"shadow_mode,omitempty"`
+		QuotaMode      bool             `yaml:"quota_mode,omitempty"`
 		DetailedMetric bool             `yaml:"detailed_metric,omitempty"`
+		Metadata       *yaml.Node       `yaml:"metadata,omitempty"`
 	}
 	yamlRateLimit struct {
 		Unit            string        `yaml:"unit,omitempty"`
@@ -186,7 +203,9 @@ func descriptorsOf(ds []*rlsconfv3.RateLimitDescriptor) []yamlDescriptor {
 			RateLimit:      rateLimitOf(d.GetRateLimit()),
 			Descriptors:    descriptorsOf(d.GetDescriptors()),
 			ShadowMode:     d.GetShadowMode(),
+			QuotaMode:      d.GetQuotaMode(),
 			DetailedMetric: d.GetDetailedMetric(),
+			Metadata:       metadataOf(d.GetMetadata()),
 		}
 	}
 	return out
@@ -209,4 +228,59 @@ func rateLimitOf(p *rlsconfv3.RateLimitPolicy) *yamlRateLimit {
 		rl.Replaces = append(rl.Replaces, yamlReplace{Name: r.GetName()})
 	}
 	return rl
+}
+
+// metadataOf renders a rule's metadata so that the loader reads back
+// exactly the Struct's values: every key and string double-quoted (the
+// loader resolves unquoted scalars as YAML 1.1 does, where "yes" is a
+// bool), numbers in Go's shortest form, which the loader reads as the
+// same double. An empty Struct renders as nothing, as an absent one.
+func metadataOf(md *structpb.Struct) *yaml.Node {
+	if len(md.GetFields()) == 0 {
+		return nil
+	}
+	return structNode(md)
+}
+
+func structNode(s *structpb.Struct) *yaml.Node {
+	n := &yaml.Node{Kind: yaml.MappingNode}
+	for _, k := range slices.Sorted(maps.Keys(s.GetFields())) {
+		n.Content = append(n.Content, stringNode(k), valueNode(s.GetFields()[k]))
+	}
+	return n
+}
+
+func valueNode(v *structpb.Value) *yaml.Node {
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_StringValue:
+		return stringNode(k.StringValue)
+	case *structpb.Value_NumberValue:
+		// .inf and .nan are what the loader refuses, with the reason.
+		text := strconv.FormatFloat(k.NumberValue, 'g', -1, 64)
+		switch {
+		case math.IsInf(k.NumberValue, 1):
+			text = ".inf"
+		case math.IsInf(k.NumberValue, -1):
+			text = "-.inf"
+		case math.IsNaN(k.NumberValue):
+			text = ".nan"
+		}
+		return &yaml.Node{Kind: yaml.ScalarNode, Value: text}
+	case *structpb.Value_BoolValue:
+		return &yaml.Node{Kind: yaml.ScalarNode, Value: strconv.FormatBool(k.BoolValue)}
+	case *structpb.Value_StructValue:
+		return structNode(k.StructValue)
+	case *structpb.Value_ListValue:
+		n := &yaml.Node{Kind: yaml.SequenceNode}
+		for _, item := range k.ListValue.GetValues() {
+			n.Content = append(n.Content, valueNode(item))
+		}
+		return n
+	}
+	// A null, or a Value with no kind set, which JSON reads as null.
+	return &yaml.Node{Kind: yaml.ScalarNode, Value: "null"}
+}
+
+func stringNode(s string) *yaml.Node {
+	return &yaml.Node{Kind: yaml.ScalarNode, Style: yaml.DoubleQuotedStyle, Value: s}
 }

@@ -1,6 +1,7 @@
 package xds_test
 
 import (
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -25,7 +26,8 @@ import (
 //   - a descriptor reached by exact values alone (no "*" and no empty
 //     value on its path) matches a rule with the proto's rate limit:
 //     unlimited, or one limit of its unit, count and name, with its
-//     replaces, shadow mode and detailed metric.
+//     replaces, shadow mode, quota mode, detailed metric and metadata
+//     (its values and nesting exactly).
 func FuzzBuild(f *testing.F) {
 	limit := func(unit rlsconfv3.RateLimitUnit, n uint32) *rlsconfv3.RateLimitPolicy {
 		return &rlsconfv3.RateLimitPolicy{Unit: unit, RequestsPerUnit: n}
@@ -55,6 +57,17 @@ func FuzzBuild(f *testing.F) {
 			{Key: "#", Value: "&anchor"},
 			{Key: "k", Value: "'quoted' \"twice\"", RateLimit: limit(rlsconfv3.RateLimitUnit_MINUTE, 0)},
 		}},
+		{Name: "quota", Domain: "ai-gateway-quota", Descriptors: []*rlsconfv3.RateLimitDescriptor{{
+			Key: "backend_name", Value: "default/openai", Descriptors: []*rlsconfv3.RateLimitDescriptor{
+				{Key: "rule-0-x-api-key|premium-match-0", Value: "rule-0-x-api-key|premium-match-0", RateLimit: limit(rlsconfv3.RateLimitUnit_WEEK, 100), ShadowMode: true, QuotaMode: true},
+				{Key: "model_name_override", RateLimit: limit(rlsconfv3.RateLimitUnit_YEAR, 50), QuotaMode: true},
+			},
+		}}},
+		{Name: "metadata", Domain: "m", Descriptors: []*rlsconfv3.RateLimitDescriptor{{
+			Key: "k", Value: "v", RateLimit: limit(rlsconfv3.RateLimitUnit_MONTH, 1),
+			Metadata: mustStruct(f, map[string]any{"yes": "on", "010": "1e3", "n": 1e21, "small": 5e-324, "neg": -0.5,
+				"list": []any{nil, true, "~", []any{}, map[string]any{}}, "deep": map[string]any{"y": map[string]any{"": "", "<<": "merge"}}}),
+		}}},
 		{Name: "no domain", Descriptors: []*rlsconfv3.RateLimitDescriptor{{Key: "k"}}},
 		{Name: "dup", Domain: "d", Descriptors: []*rlsconfv3.RateLimitDescriptor{{Key: "k", Value: "v"}, {Key: "k", Value: "v"}}},
 		{Name: ".hidden", Domain: "d", Descriptors: []*rlsconfv3.RateLimitDescriptor{{Key: "", Value: "v"}}},
@@ -124,12 +137,21 @@ func checkExact(t *testing.T, d *descriptor.Domain, path []descriptor.Entry, ds 
 		case rule == nil:
 			t.Fatalf("%v: no rule for the proto's %v", entries, p)
 		case rule.Unlimited != p.GetUnlimited(),
-			rule.ShadowMode != pd.GetShadowMode(), rule.DetailedMetric != pd.GetDetailedMetric(),
+			rule.ShadowMode != pd.GetShadowMode(), rule.QuotaMode != pd.GetQuotaMode(), rule.DetailedMetric != pd.GetDetailedMetric(),
 			len(rule.Replaces) != len(p.GetReplaces()):
 			t.Fatalf("%v: rule %+v for the proto's %v", entries, rule, pd)
 		case !p.GetUnlimited() && (len(rule.Limits) != 1 || rule.Limits[0].RequestsPerUnit != p.GetRequestsPerUnit() ||
 			rule.Limits[0].Name != p.GetName() || !strings.EqualFold(rule.Limits[0].Unit.String(), p.GetUnit().String())):
 			t.Fatalf("%v: limits %+v for the proto's %v", entries, rule.Limits, p)
+		}
+		if p != nil {
+			var want map[string]any
+			if len(pd.GetMetadata().GetFields()) > 0 {
+				want = pd.GetMetadata().AsMap()
+			}
+			if !reflect.DeepEqual(rule.Metadata, want) {
+				t.Fatalf("%v: metadata %#v for the proto's %#v", entries, rule.Metadata, want)
+			}
 		}
 		for i, r := range p.GetReplaces() {
 			if rule.Replaces[i] != r.GetName() {
