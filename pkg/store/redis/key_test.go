@@ -4,7 +4,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
+	"flag"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -85,6 +88,67 @@ func TestKeyExamples(t *testing.T) {
 		})
 	}
 }
+
+var update = flag.Bool("update", false, "rewrite testdata/keys.golden")
+
+// keysGolden holds the keys TestKeysUnchanged pins.
+var keysGolden = filepath.Join("testdata", "keys.golden")
+
+// TestKeysUnchanged pins, byte for byte, the keys of every hostile value
+// that holds no NUL, CR or LF byte: as the shard value, as the value of
+// another entry, and as domain and entry key. Instances of two versions
+// share counters during a rolling upgrade only while they build the same
+// keys, so a change here must be deliberate (and said in the README); -update
+// rewrites the file.
+func TestKeysUnchanged(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("# Keys of hostile values, pinned by TestKeysUnchanged: value, then its keys.\n")
+	for _, v := range hostileValues {
+		if strings.ContainsAny(v, "\x00\r\n") {
+			continue
+		}
+		if len(v) <= maxGoldenValue {
+			fmt.Fprintf(&b, "\nvalue %q\n", v)
+		} else {
+			fmt.Fprintf(&b, "\nvalue of %d bytes, SHA-256 %x\n", len(v), sha256.Sum256([]byte(v)))
+		}
+		for _, h := range []store.Hit{
+			{Domain: "d", Entries: entries("k", v), Shard: v, Limit: limit(algorithm.TokenBucket, 10, time.Second)},
+			{Domain: "d", Entries: entries("k", "s", "e", v), Shard: "s", Limit: limit(algorithm.FixedWindow, 10, time.Minute)},
+			{Domain: v, Entries: entries(v, "s"), Shard: "s", Limit: limit(algorithm.SlidingWindowCounter, 10, time.Hour)},
+		} {
+			key, _ := redis.Key("tg", &h)
+			fmt.Fprintf(&b, "%q\n", key)
+		}
+	}
+	if *update {
+		if err := os.WriteFile(keysGolden, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(keysGolden)
+	if err != nil {
+		t.Fatalf("%v (run with -update to write it)", err)
+	}
+	if got := b.String(); got != string(want) {
+		gotLines, wantLines := strings.Split(got, "\n"), strings.Split(string(want), "\n")
+		for i := range max(len(gotLines), len(wantLines)) {
+			var g, w string
+			if i < len(gotLines) {
+				g = gotLines[i]
+			}
+			if i < len(wantLines) {
+				w = wantLines[i]
+			}
+			if g != w {
+				t.Fatalf("%s:%d: got %s, want %s", keysGolden, i+1, g, w)
+			}
+		}
+	}
+}
+
+// maxGoldenValue is the longest value keys.golden spells out.
+const maxGoldenValue = 70
 
 // hostileValues are descriptor values built to collide, forge a tag or
 // break a parser.
