@@ -159,8 +159,11 @@ func needsLoad(err error) bool {
 
 // run sends groups in one round trip, as one script call per slot (a
 // pipeline when there are several), and leaves each call's result or error
-// in it. Calls that Redis answers with NOSCRIPT (or the like, see
-// needsLoad) are sent again, once, after prepare.
+// in it. Calls that Redis answers with READONLY are sent again, once: the
+// server, a master that a failover demoted, refused them before changing
+// anything, and the client has dropped its connections to it (see
+// readonly.go). Calls answered with NOSCRIPT (or the like, see needsLoad)
+// are sent again, once, after prepare.
 func (s *Store) run(ctx context.Context, groups []*group) {
 	if err := s.gate(ctx); err != nil {
 		for _, g := range groups {
@@ -169,17 +172,26 @@ func (s *Store) run(ctx context.Context, groups []*group) {
 		return
 	}
 	s.send(ctx, groups)
-	retry := groups[:0:0]
+	var retry, resend []*group
 	reload := false
-	for _, g := range groups {
-		var reply goredis.Error
-		switch {
-		case g.err == nil:
-		case needsLoad(g.err):
-			retry = append(retry, g)
-		case !errors.As(g.err, &reply):
-			reload = true
+	classify := func(groups []*group, resend *[]*group) {
+		for _, g := range groups {
+			var reply goredis.Error
+			switch {
+			case g.err == nil:
+			case needsLoad(g.err):
+				retry = append(retry, g)
+			case resend != nil && goredis.IsReadOnlyError(g.err):
+				*resend = append(*resend, g)
+			case !errors.As(g.err, &reply):
+				reload = true
+			}
 		}
+	}
+	classify(groups, &resend)
+	if len(resend) > 0 {
+		s.send(ctx, resend)
+		classify(resend, nil)
 	}
 	if reload {
 		// A reconnect may reach another server: read its version first.
