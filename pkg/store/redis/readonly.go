@@ -17,8 +17,9 @@ import (
 // endpoint, a proxy) leaves the connections already open to the old master,
 // which now answers every write with READONLY. go-redis closes a connection
 // that got READONLY, but only that one: every other pooled connection fails
-// one call before it is closed in turn, and five failed decisions open the
-// breaker. So the clients NewClient builds for single and sentinel carry a
+// one call before it is closed in turn, and a few failed decisions in a
+// row open a circuit breaker in front of the store. So the clients
+// NewClient builds for single and sentinel carry a
 // dropStale hook: the first READONLY makes every connection dialled before
 // it stale, and the pool closes a stale connection when it would hand it
 // out, so the next call dials the address again and reaches the new
@@ -28,9 +29,9 @@ import (
 //
 // The pool learns of staleness through its health check of an idle
 // connection (go-redis's connCheck), which reads the socket through
-// syscall.Conn: a stale connection's SyscallConn fails. TestFailoverBehindAnAddress
-// holds go-redis to that. A Cluster client needs none of it: it reloads the
-// slots on READONLY and follows MOVED.
+// syscall.Conn: a stale connection's SyscallConn fails.
+// TestFailoverBehindAnAddress holds go-redis to that. A Cluster client
+// needs none of it: it reloads the slots on READONLY and follows MOVED.
 
 // errStale fails the health check of a connection dialled before a
 // READONLY.
