@@ -424,6 +424,7 @@ type prometheusDoc struct {
 		ScrapeInterval     string `yaml:"scrape_interval"`
 		EvaluationInterval string `yaml:"evaluation_interval"`
 	} `yaml:"global"`
+	RuleFiles     []string `yaml:"rule_files"`
 	ScrapeConfigs []struct {
 		JobName       string `yaml:"job_name"`
 		MetricsPath   string `yaml:"metrics_path"`
@@ -512,6 +513,22 @@ func TestPrometheusScrapesComposeServices(t *testing.T) {
 	prom := composeService(t, loadCompose(t, observabilityProfile), svcPrometheus)
 	if !mounts(t, prom, prometheusConfig, "/etc/prometheus/prometheus.yml") {
 		t.Errorf("prometheus does not mount %s at /etc/prometheus/prometheus.yml", prometheusConfig)
+	}
+}
+
+// TestPrometheusLoadsAlertRules checks that the demo's Prometheus loads
+// tollgate's alerting rules: prometheus.yml names one rule file, where the
+// compose file mounts envoy/observability/alerts.yml (TestAlertRules checks
+// the rules).
+func TestPrometheusLoadsAlertRules(t *testing.T) {
+	var doc prometheusDoc
+	decodeStrict(t, prometheusConfig, &doc)
+	if len(doc.RuleFiles) != 1 {
+		t.Fatalf("%s: rule_files %q, want one", prometheusConfig, doc.RuleFiles)
+	}
+	prom := composeService(t, loadCompose(t, observabilityProfile), svcPrometheus)
+	if !mounts(t, prom, alertsFile, doc.RuleFiles[0]) {
+		t.Errorf("prometheus does not mount %s at %s, the rule file prometheus.yml names", alertsFile, doc.RuleFiles[0])
 	}
 }
 

@@ -1,7 +1,9 @@
 // Package redistest starts real redis-server processes for tests: a
 // standalone server, a Redis Cluster of three masters (optionally with
 // replicas) and a Sentinel setup of one master, one replica and three
-// sentinels.
+// sentinels. Servers can be made replicas and promoted by hand, and a
+// Proxy stands for an address that a failover moves to the new master (a
+// Kubernetes Service, a DNS name).
 //
 // Every server binds 127.0.0.1 on a free port, keeps its data directory and
 // log in a t.TempDir, and is killed and reaped in t.Cleanup, whether the test

@@ -251,6 +251,42 @@ func TestSentinel(t *testing.T) {
 	}
 }
 
+// TestProxyFailover fails a master over by hand behind a Proxy: a
+// connection made before the failover stays with the old master, now a
+// replica that refuses writes; one made after it reaches the new master.
+func TestProxyFailover(t *testing.T) {
+	t.Parallel()
+	a, b := StartStandalone(t), StartStandalone(t)
+	b.ReplicaOf(a)
+	p := StartProxy(t, a.Addr)
+	before, err := dial(p.Addr, "", commandTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer before.close()
+	if v, err := before.do("SET", "k", "a"); v != "OK" || err != nil {
+		t.Fatalf("SET through the proxy = %v, %v; want OK", v, err)
+	}
+
+	b.Promote()
+	a.ReplicaOf(b)
+	p.Retarget(b.Addr)
+	after, err := dial(p.Addr, "", commandTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer after.close()
+	if _, err := before.do("SET", "k", "b"); err == nil || !strings.HasPrefix(err.Error(), "READONLY ") {
+		t.Errorf("SET on the connection made before the failover: %v, want READONLY", err)
+	}
+	if v, err := after.do("SET", "k", "b"); v != "OK" || err != nil {
+		t.Errorf("SET on the connection made after the failover = %v, %v; want OK", v, err)
+	}
+	if got := b.Do("GET", "k"); got != "b" {
+		t.Errorf("GET on the new master = %v, want b", got)
+	}
+}
+
 func TestKeySlot(t *testing.T) {
 	// Values from CLUSTER KEYSLOT of redis-server 7.0.
 	tests := []struct {

@@ -167,3 +167,38 @@ func crc16(s string) uint16 {
 	}
 	return crc
 }
+
+// ReplicaOf makes s a replica of master (REPLICAOF), as a failover does to
+// the master it demotes, and waits until s has applied a write made on
+// master after the link came up. Connections open to s stay open.
+func (s *Server) ReplicaOf(master *Server) {
+	s.t.Helper()
+	host, port, _ := net.SplitHostPort(master.Addr)
+	if _, err := command(s.Addr, s.password, commandTimeout, "REPLICAOF", host, port); err != nil {
+		s.t.Fatalf("redistest: REPLICAOF %s on %s: %v", master.Addr, s.Addr, err)
+	}
+	if err := waitSynced(s, settleTimeout); err != nil {
+		s.t.Fatalf("redistest: replica %s of %s: %v", s.Addr, master.Addr, err)
+	}
+}
+
+// Promote makes the replica s a master (REPLICAOF NO ONE), as a failover
+// does to the replica it promotes, and waits until s reports role:master.
+func (s *Server) Promote() {
+	s.t.Helper()
+	if _, err := command(s.Addr, s.password, commandTimeout, "REPLICAOF", "NO", "ONE"); err != nil {
+		s.t.Fatalf("redistest: REPLICAOF NO ONE on %s: %v", s.Addr, err)
+	}
+	if err := polltest.Poll(settleTimeout, 10*time.Millisecond, nil, func() error {
+		info, err := commandString(s.Addr, s.password, "INFO", "replication")
+		if err != nil {
+			return err
+		}
+		if role, _ := infoField(info, "role"); role != "master" {
+			return fmt.Errorf("role:%s", role)
+		}
+		return nil
+	}); err != nil {
+		s.t.Fatalf("redistest: promoting %s: %v", s.Addr, err)
+	}
+}

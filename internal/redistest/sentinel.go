@@ -115,3 +115,38 @@ func (s *Sentinel) Addrs() []string {
 	}
 	return addrs
 }
+
+// Failover has the sentinels fail the master over to the replica while both
+// run (SENTINEL FAILOVER), waits until every sentinel names the replica as
+// the master, then demotes the old master to a replica of the new one, as
+// the sentinels would when they next look at it, and waits until it has
+// applied a write made on the new one. Master and Replica keep the roles
+// they started in.
+func (s *Sentinel) Failover() {
+	t := s.Master.t
+	t.Helper()
+	start := time.Now()
+	// A sentinel refuses while it has no fresh word from the replica yet.
+	if err := polltest.Poll(settleTimeout, 50*time.Millisecond, nil, func() error {
+		_, err := command(s.Sentinels[0].Addr, "", commandTimeout, "SENTINEL", "FAILOVER", s.MasterName)
+		return err
+	}); err != nil {
+		t.Fatalf("redistest: SENTINEL FAILOVER: %v", err)
+	}
+	want := "[" + strings.Replace(s.Replica.Addr, ":", " ", 1) + "]"
+	for _, addr := range s.Addrs() {
+		if err := polltest.Poll(settleTimeout, 50*time.Millisecond, nil, func() error {
+			v, err := command(addr, "", commandTimeout, "SENTINEL", "get-master-addr-by-name", s.MasterName)
+			if got := fmt.Sprint(v); err == nil && got != want {
+				err = fmt.Errorf("master is %s, want %s", got, want)
+			}
+			return err
+		}); err != nil {
+			t.Fatalf("redistest: sentinel %s after the failover: %v", addr, err)
+		}
+	}
+	// The sentinels demote the old master when they next look at it, up to
+	// ten seconds later; do it now, as they would.
+	s.Master.ReplicaOf(s.Replica)
+	t.Logf("redistest: sentinel failover to %s took %s", s.Replica.Addr, time.Since(start).Round(time.Millisecond))
+}

@@ -371,3 +371,15 @@ func (s *Server) logTail(offset int64) string {
 	n, _ := f.ReadAt(b, start)
 	return string(b[:n])
 }
+
+// Do sends one command to the server, authenticated as the harness is, and
+// returns its reply: a string, an int64, nil, or a []any of those. An error
+// reply, or no reply, fails the test.
+func (s *Server) Do(args ...string) any {
+	s.t.Helper()
+	v, err := command(s.Addr, s.password, commandTimeout, args...)
+	if err != nil {
+		s.t.Fatalf("redistest: %s on %s: %v", strings.Join(args, " "), s.Addr, err)
+	}
+	return v
+}

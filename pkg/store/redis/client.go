@@ -224,7 +224,9 @@ const (
 // NewClient builds the go-redis client c describes: a *goredis.Client for
 // single, a failover *goredis.Client for sentinel, a *goredis.ClusterClient
 // for cluster. It validates c first, and does not connect: go-redis dials
-// on first use. The client honours context deadlines.
+// on first use. The client honours context deadlines, and drops its
+// connections to a master that a failover demoted as soon as one of them
+// answers READONLY (see readonly.go).
 func NewClient(c ClientConfig) (goredis.UniversalClient, error) {
 	if err := c.validate(); err != nil {
 		return nil, c.scrub(err)
@@ -242,7 +244,9 @@ func NewClient(c ClientConfig) (goredis.UniversalClient, error) {
 			MaxRetries: noRetries, DialerRetries: dialAttempts, ContextTimeoutEnabled: true,
 		}
 		if c.typ() == TypeSentinel {
-			return goredis.NewFailoverClient(u.Failover()), nil
+			client := goredis.NewFailoverClient(u.Failover())
+			client.AddHook(new(dropStale))
+			return client, nil
 		}
 		return goredis.NewClusterClient(u.Cluster()), nil
 	}
@@ -281,7 +285,9 @@ func NewClient(c ClientConfig) (goredis.UniversalClient, error) {
 	}
 	opts.MaxRetries, opts.DialerRetries = noRetries, dialAttempts
 	opts.ContextTimeoutEnabled = true
-	return goredis.NewClient(opts), nil
+	client := goredis.NewClient(opts)
+	client.AddHook(new(dropStale))
+	return client, nil
 }
 
 // passwords returns every password c holds: its own and any in a URL.

@@ -2,6 +2,8 @@ package redis
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
@@ -122,4 +124,9 @@ func Together(s *Store, ctx context.Context, ops []Op) ([]int64, []error) {
 		}
 	}
 	return at, errs
+}
+
+// ScriptCommands returns the commands the decision script calls, sorted.
+func ScriptCommands() []string {
+	return slices.Sorted(maps.Keys(scriptCommands))
 }

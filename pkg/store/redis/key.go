@@ -32,7 +32,10 @@ import (
 // Every domain, entry key, entry value and tag is a field: its bytes are
 // kept except { } : = | and %, which become %XX (uppercase hex), so a field
 // never holds a separator or a brace and splitting a key on ":" and "="
-// recovers every field. A field longer than maxField bytes once escaped
+// recovers every field; NUL, CR and LF become %00, %0D and %0A too, so a
+// key reads on one line in redis-cli, MONITOR and logs. (They were kept
+// until tollgate escaped them: a counter of a value holding one moved to
+// a new key then, and started empty.) A field longer than maxField bytes once escaped
 // becomes %# and 22 base64url characters: the first 128 bits of the
 // SHA-256 of its bytes. An empty tag is written "%", which no other field
 // produces, because Redis ignores an empty {} and would hash the whole key.
@@ -60,7 +63,7 @@ const keyScratch = 128
 const upperHex = "0123456789ABCDEF"
 
 // escaped holds the bytes of a field written as %XX.
-var escaped = [256]bool{'{': true, '}': true, ':': true, '=': true, '|': true, '%': true}
+var escaped = [256]bool{'{': true, '}': true, ':': true, '=': true, '|': true, '%': true, 0: true, '\r': true, '\n': true}
 
 // appendField appends the escaped, or hashed, form of s.
 func appendField(b []byte, s string) []byte {

@@ -4,7 +4,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
+	"flag"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -46,6 +49,8 @@ func TestKeyExamples(t *testing.T) {
 			"tg{v}d:a:b=v:t1s"},
 		{"separators and braces escaped", store.Hit{Domain: "a:b", Entries: entries("k=", "{x}|%"), Shard: "{x}|%", Limit: tb},
 			"tg{%7Bx%7D%7C%25}a%3Ab:k%3D:t1s"},
+		{"NUL, CR and LF escaped", store.Hit{Domain: "d\n", Entries: entries("k\r", "a\x00b\r\nc", "e", "\n"), Shard: "a\x00b\r\nc", Limit: tb},
+			"tg{a%00b%0D%0Ac}d%0A:k%0D:e=%0A:t1s"},
 		{"empty shard value", store.Hit{Domain: "d", Entries: entries("k", ""), Limit: tb},
 			"tg{%}d:k:t1s"},
 		{"empty entry value beside the shard", store.Hit{Domain: "d", Entries: entries("k", "v", "e", ""), Shard: "v", Limit: tb},
@@ -86,11 +91,72 @@ func TestKeyExamples(t *testing.T) {
 	}
 }
 
+var update = flag.Bool("update", false, "rewrite testdata/keys.golden")
+
+// keysGolden holds the keys TestKeysUnchanged pins.
+var keysGolden = filepath.Join("testdata", "keys.golden")
+
+// TestKeysUnchanged pins, byte for byte, the keys of every hostile value
+// that holds no NUL, CR or LF byte: as the shard value, as the value of
+// another entry, and as domain and entry key. Instances of two versions
+// share counters during a rolling upgrade only while they build the same
+// keys, so a change here must be deliberate (and said in the README); -update
+// rewrites the file.
+func TestKeysUnchanged(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("# Keys of hostile values, pinned by TestKeysUnchanged: value, then its keys.\n")
+	for _, v := range hostileValues {
+		if strings.ContainsAny(v, "\x00\r\n") {
+			continue
+		}
+		if len(v) <= maxGoldenValue {
+			fmt.Fprintf(&b, "\nvalue %q\n", v)
+		} else {
+			fmt.Fprintf(&b, "\nvalue of %d bytes, SHA-256 %x\n", len(v), sha256.Sum256([]byte(v)))
+		}
+		for _, h := range []store.Hit{
+			{Domain: "d", Entries: entries("k", v), Shard: v, Limit: limit(algorithm.TokenBucket, 10, time.Second)},
+			{Domain: "d", Entries: entries("k", "s", "e", v), Shard: "s", Limit: limit(algorithm.FixedWindow, 10, time.Minute)},
+			{Domain: v, Entries: entries(v, "s"), Shard: "s", Limit: limit(algorithm.SlidingWindowCounter, 10, time.Hour)},
+		} {
+			key, _ := redis.Key("tg", &h)
+			fmt.Fprintf(&b, "%q\n", key)
+		}
+	}
+	if *update {
+		if err := os.WriteFile(keysGolden, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(keysGolden)
+	if err != nil {
+		t.Fatalf("%v (run with -update to write it)", err)
+	}
+	if got := b.String(); got != string(want) {
+		gotLines, wantLines := strings.Split(got, "\n"), strings.Split(string(want), "\n")
+		for i := range max(len(gotLines), len(wantLines)) {
+			var g, w string
+			if i < len(gotLines) {
+				g = gotLines[i]
+			}
+			if i < len(wantLines) {
+				w = wantLines[i]
+			}
+			if g != w {
+				t.Fatalf("%s:%d: got %s, want %s", keysGolden, i+1, g, w)
+			}
+		}
+	}
+}
+
+// maxGoldenValue is the longest value keys.golden spells out.
+const maxGoldenValue = 70
+
 // hostileValues are descriptor values built to collide, forge a tag or
 // break a parser.
 var hostileValues = []string{
 	"", "a", "{", "}", "{}", "}{", "{a}", ":", "=", "|", "%", "%%", "%7B", "%7b", "%#", "%#AAAA", "a:b", "a=b",
-	"a|b", "k=v:", "\x00", "\xff\xfe", "é", strings.Repeat("{", 64), strings.Repeat("}", 22),
+	"a|b", "k=v:", "\x00", "\n", "\r", "\r\n", "a\x00b", "%00", "%0A", "\xff\xfe", "é", strings.Repeat("{", 64), strings.Repeat("}", 22),
 	strings.Repeat("a", 64), strings.Repeat("a", 65), strings.Repeat("v", 4096), strings.Repeat("v", 4095) + "w",
 }
 
@@ -98,7 +164,7 @@ var hostileValues = []string{
 // entry keys and values, one and two entries, each shard choice, and
 // every algorithm.
 func hostileHits() []store.Hit {
-	small := []string{"", "{", "}", ":", "=", "%", "a", "a:b", "%3A", strings.Repeat("k", 70)}
+	small := []string{"", "{", "}", ":", "=", "%", "a", "a:b", "%3A", "\n", strings.Repeat("k", 70)}
 	var hits []store.Hit
 	for _, d := range []string{"d", "d:k", ""} {
 		for _, k := range small {
@@ -241,7 +307,7 @@ func decodeField(f string) (s string, hashed bool, err error) {
 	for i := 0; i < len(f); i++ {
 		c := f[i]
 		switch c {
-		case '{', '}', ':', '=', '|':
+		case '{', '}', ':', '=', '|', 0, '\r', '\n':
 			return "", false, fmt.Errorf("raw %q at %d", c, i)
 		case '%':
 			if i+2 >= len(f) {
@@ -268,6 +334,7 @@ func FuzzKey(f *testing.F) {
 	f.Add("a", "b", "c", "", "", uint8(0), uint8(2), int64(60e6), "a", "b=c", "", "", "", uint8(0), uint8(2), int64(60e6))
 	f.Add("d", "k", "}{", "x", "{", uint8(1), uint8(3), int64(1), "d", "k", "}", "x", "{{", uint8(0), uint8(3), int64(1))
 	f.Add("d", "k", "%7B", "", "", uint8(0), uint8(4), int64(1000), "d", "k", "{", "", "", uint8(0), uint8(4), int64(1000))
+	f.Add("d\n", "k\r", "a\x00b", "e", "\r\n", uint8(1), uint8(1), int64(1e6), "d%0A", "k%0D", "a%00b", "e", "%0D%0A", uint8(1), uint8(1), int64(1e6))
 	f.Fuzz(func(t *testing.T,
 		d1, k1, v1, k2, v2 string, shard1, kind1 uint8, period1 int64,
 		d3, k3, v3, k4, v4 string, shard2, kind2 uint8, period2 int64) {

@@ -25,7 +25,9 @@
 // Functions (7.0 and up), the script is loaded as a function library and
 // called with FCALL, which spares the closures a script body makes on
 // every call; on 6.2 it is loaded with SCRIPT LOAD and called with
-// EVALSHA. Both come from one Lua source. A server older than 6.2 makes
+// EVALSHA, and so it is on any server once the Redis user's ACL has
+// refused FUNCTION LOAD or FCALL (logged once). Both come from one Lua
+// source. A server older than 6.2 makes
 // every Apply fail with ErrUnsupportedVersion (logged once, and reported
 // by ServerError), and its version is read again every second.
 //
@@ -212,6 +214,9 @@ type Store struct {
 	// stale reports that the servers must be checked again before the next
 	// round trip.
 	stale atomic.Bool
+	// noFunctions reports that the Redis user may not use Redis Functions
+	// (FUNCTION LOAD or FCALL), so the script is called with EVALSHA.
+	noFunctions atomic.Bool
 
 	requests sync.Pool // *request
 	sendings sync.Pool // *sending

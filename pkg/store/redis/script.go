@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -115,10 +116,13 @@ func (s *Store) load(ctx context.Context) error {
 		} else {
 			err = s.client.FunctionLoadReplace(ctx, applyLibrary).Err()
 		}
-		if err != nil {
+		if err == nil {
+			return nil
+		}
+		if !functionsDenied(err) {
 			return fmt.Errorf("loading the function library: %w", err)
 		}
-		return nil
+		s.denyFunctions(err)
 	}
 	sha, err := s.client.ScriptLoad(ctx, applyScript).Result()
 	if err == nil && sha != applySHA {
@@ -148,6 +152,53 @@ func (s *Store) gate(ctx context.Context) error {
 	return nil
 }
 
+// functionsDenied reports whether err is Redis refusing the user Redis
+// Functions by its ACL: FUNCTION LOAD, or FCALL.
+func functionsDenied(err error) bool {
+	if !goredis.HasErrorPrefix(err, "NOPERM") {
+		return false
+	}
+	msg := strings.ToLower(err.Error())
+	return strings.Contains(msg, "'function|") || strings.Contains(msg, "'fcall")
+}
+
+// denyFunctions makes the store call the script with EVALSHA from now on,
+// as its Redis user may not use Redis Functions (err says so), and logs
+// that once. The scripting commands are enough: they ran the script before
+// Redis had Functions.
+func (s *Store) denyFunctions(err error) {
+	if !s.noFunctions.Swap(true) {
+		s.log.Warn("the redis user may not use Redis Functions (FUNCTION LOAD, FCALL): calling the script with EVALSHA instead; "+
+			"grant +function|load and +fcall to save the script's setup on every call", "error", err)
+	}
+	for {
+		st := s.server.Load()
+		if st == nil || !st.functions {
+			return
+		}
+		scripts := *st
+		scripts.functions = false
+		if s.server.CompareAndSwap(st, &scripts) {
+			return
+		}
+	}
+}
+
+// runsAfterPrepare reports whether a call that failed with err, before the
+// script ran, may run after prepare: the server lacks the script (see
+// needsLoad), or the Redis user may not use Redis Functions, which the
+// store then stops using (see denyFunctions).
+func (s *Store) runsAfterPrepare(err error) bool {
+	if needsLoad(err) {
+		return true
+	}
+	if functionsDenied(err) {
+		s.denyFunctions(err)
+		return true
+	}
+	return false
+}
+
 // needsLoad reports whether err says the server lacks the script or
 // library (it restarted, or its cache was flushed) or the FCALL command
 // (another server took over).
@@ -159,8 +210,11 @@ func needsLoad(err error) bool {
 
 // run sends groups in one round trip, as one script call per slot (a
 // pipeline when there are several), and leaves each call's result or error
-// in it. Calls that Redis answers with NOSCRIPT (or the like, see
-// needsLoad) are sent again, once, after prepare.
+// in it. Calls that Redis answers with READONLY are sent again, once: the
+// server, a master that a failover demoted, refused them before changing
+// anything, and the client has dropped its connections to it (see
+// readonly.go). Calls answered with NOSCRIPT (or the like, see
+// runsAfterPrepare) are sent again after prepare, up to maxPrepares times.
 func (s *Store) run(ctx context.Context, groups []*group) {
 	if err := s.gate(ctx); err != nil {
 		for _, g := range groups {
@@ -169,17 +223,26 @@ func (s *Store) run(ctx context.Context, groups []*group) {
 		return
 	}
 	s.send(ctx, groups)
-	retry := groups[:0:0]
+	var retry, resend []*group
 	reload := false
-	for _, g := range groups {
-		var reply goredis.Error
-		switch {
-		case g.err == nil:
-		case needsLoad(g.err):
-			retry = append(retry, g)
-		case !errors.As(g.err, &reply):
-			reload = true
+	classify := func(groups []*group, resend *[]*group) {
+		for _, g := range groups {
+			var reply goredis.Error
+			switch {
+			case g.err == nil:
+			case s.runsAfterPrepare(g.err):
+				retry = append(retry, g)
+			case resend != nil && goredis.IsReadOnlyError(g.err):
+				*resend = append(*resend, g)
+			case !errors.As(g.err, &reply):
+				reload = true
+			}
 		}
+	}
+	classify(groups, &resend)
+	if len(resend) > 0 {
+		s.send(ctx, resend)
+		classify(resend, nil)
 	}
 	if reload {
 		// A reconnect may reach another server: read its version first.
@@ -212,7 +275,7 @@ func (s *Store) run(ctx context.Context, groups []*group) {
 		s.send(ctx, retry)
 		again := retry[:0]
 		for _, g := range retry {
-			if g.err != nil && needsLoad(g.err) {
+			if g.err != nil && s.runsAfterPrepare(g.err) {
 				again = append(again, g)
 			}
 		}

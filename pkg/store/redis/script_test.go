@@ -1,8 +1,10 @@
 package redis
 
 import (
+	"os"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -73,5 +75,37 @@ func TestScriptCommandsFindsNewer(t *testing.T) {
 	}
 	if _, ok := scriptCommands["PEXPIRETIME"]; ok {
 		t.Error("PEXPIRETIME (Redis 7.0) is allowed")
+	}
+}
+
+// TestReadmeACLGrantsScriptCommands checks that the README's ACL for
+// tollgate's Redis user grants every command the script calls: a script
+// runs with its caller's rights, and pkg/app's test of that ACL decides
+// with one algorithm only.
+func TestReadmeACLGrantsScriptCommands(t *testing.T) {
+	data, err := os.ReadFile("../../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(data), "<!-- checked by pkg/app/acl_test.go: tollgate's redis user -->")
+	if !ok {
+		t.Fatal("README.md has no ACL block for tollgate's redis user")
+	}
+	block, _, _ = strings.Cut(strings.SplitN(block, "```", 2)[1], "```")
+	granted := map[string]bool{}
+	for _, f := range strings.Fields(block) {
+		if c, ok := strings.CutPrefix(f, "+"); ok {
+			granted[strings.ToUpper(c)] = true
+		}
+	}
+	for c := range scriptCommands {
+		if !granted[c] {
+			t.Errorf("the README's ACL does not grant %s, which the script calls", c)
+		}
+	}
+	for _, c := range []string{"EVALSHA", "SCRIPT|LOAD", "FCALL", "FUNCTION|LOAD", "INFO"} {
+		if !granted[c] {
+			t.Errorf("the README's ACL does not grant %s, which the store sends", c)
+		}
 	}
 }

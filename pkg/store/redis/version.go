@@ -133,7 +133,7 @@ func (s *Store) checkServers(ctx context.Context) (*serverState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the server version: %w", err)
 	}
-	st := &serverState{functions: len(versions) > 0 && !s.scriptsOnly}
+	st := &serverState{functions: len(versions) > 0 && !s.scriptsOnly && !s.noFunctions.Load()}
 	var names []string
 	for i, v := range versions {
 		names = append(names, addrs[i]+" "+v.String())
