@@ -27,6 +27,7 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/limiter"
 	"github.com/tollgatehq/tollgate/pkg/override"
 	"github.com/tollgatehq/tollgate/pkg/override/statefile"
+	"github.com/tollgatehq/tollgate/pkg/reload"
 	"github.com/tollgatehq/tollgate/pkg/rls"
 	"github.com/tollgatehq/tollgate/pkg/store/memory"
 	"github.com/tollgatehq/tollgate/pkg/telemetry"
@@ -106,9 +107,18 @@ func newTestAPI(t *testing.T) *testAPI {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rules, err := reload.New(reload.Options{Source: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rules.Apply("initial", func() (*descriptor.Tree, error) { return tree, nil }); err != nil {
+		t.Fatal(err)
+	}
+	_ = rules.Apply("broken", func() (*descriptor.Tree, error) { return nil, errors.New("api.yaml:1: broken") })
 	adm, err := admin.New(admin.Options{
 		Tokens: tokens, Overrides: registry, Limiter: lim, Resetter: lim,
-		Audit: audit.New(audit.Options{Logger: slog.New(slog.DiscardHandler)}),
+		Audit:       audit.New(audit.Options{Logger: slog.New(slog.DiscardHandler)}),
+		RuleHistory: rules.History,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -242,6 +252,8 @@ func TestOpenAPIAnswers(t *testing.T) {
 		{method: "GET", target: "/v1/audit", token: true, want: 200},
 		{method: "GET", target: "/v1/audit?limit=0", token: true, invalid: true, want: 400},
 		{method: "GET", target: "/v1/audit", want: 401},
+		{method: "GET", target: "/v1/rules/history", token: true, want: 200},
+		{method: "GET", target: "/v1/rules/history", want: 401},
 	}
 	exercised := map[*openapi3.Operation]bool{}
 	var id string // of the first override created

@@ -59,6 +59,7 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/httpapi"
 	"github.com/tollgatehq/tollgate/pkg/limiter"
 	"github.com/tollgatehq/tollgate/pkg/override"
+	"github.com/tollgatehq/tollgate/pkg/reload"
 )
 
 // Overrides keeps the live overrides; *override.Registry is one. It
@@ -115,6 +116,9 @@ type Options struct {
 	Values descriptor.ValueView
 	// MeterProvider gets tollgate_admin_refused_total; nil means a no-op.
 	MeterProvider metric.MeterProvider
+	// RuleHistory answers /v1/rules/history (reload.Reloader.History);
+	// nil leaves that path unserved.
+	RuleHistory func() []reload.Event
 }
 
 // Handler serves the admin API.
@@ -189,6 +193,9 @@ func New(opts Options) (*Handler, error) {
 	h.handle("POST /v1/remaining", h.remaining)
 	h.handle("POST /v1/reset", h.reset)
 	h.handle("GET /v1/audit", h.auditLog)
+	if opts.RuleHistory != nil {
+		h.handle("GET /v1/rules/history", h.ruleHistory)
+	}
 	return h, nil
 }
 
@@ -436,6 +443,14 @@ func (h *Handler) auditLog(w http.ResponseWriter, r *http.Request, _ string) {
 		limit = n
 	}
 	httpapi.WriteJSON(w, http.StatusOK, auditResponse{Entries: h.opts.Audit.Last(limit)})
+}
+
+// ruleHistory answers GET /v1/rules/history: the latest rule sets and
+// failed reloads, newest first.
+func (h *Handler) ruleHistory(w http.ResponseWriter, _ *http.Request, _ string) {
+	httpapi.WriteJSON(w, http.StatusOK, struct {
+		Entries []reload.Event `json:"entries"`
+	}{h.opts.RuleHistory()})
 }
 
 // show returns o as answers and the audit show it: its descriptor values

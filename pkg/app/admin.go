@@ -71,6 +71,7 @@ func (a *App) newAdminAPI() (*admin.Handler, error) {
 		Logger:        a.logger,
 		MeterProvider: a.telemetry.MeterProvider(),
 		Values:        a.settings.Values.view(),
+		RuleHistory:   a.reloader.History,
 	})
 	if err != nil {
 		return nil, err
