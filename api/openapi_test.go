@@ -119,6 +119,11 @@ func newTestAPI(t *testing.T) *testAPI {
 		Tokens: tokens, Overrides: registry, Limiter: lim, Resetter: lim,
 		Audit:       audit.New(audit.Options{Logger: slog.New(slog.DiscardHandler)}),
 		RuleHistory: rules.History,
+		Status: func() admin.Status {
+			st := rules.Status()
+			return admin.Status{Version: "test", Store: "memory", Overrides: registry.Current().Len(),
+				Rules: admin.RulesStatus{Source: "test", Hash: st.Hash, LoadedAt: st.LastSuccess, LastError: st.LastError.Error(), Reloads: st.Reloads, Failures: st.Failures}}
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -254,6 +259,8 @@ func TestOpenAPIAnswers(t *testing.T) {
 		{method: "GET", target: "/v1/audit", want: 401},
 		{method: "GET", target: "/v1/rules/history", token: true, want: 200},
 		{method: "GET", target: "/v1/rules/history", want: 401},
+		{method: "GET", target: "/v1/status", token: true, want: 200},
+		{method: "GET", target: "/v1/status", want: 401},
 	}
 	exercised := map[*openapi3.Operation]bool{}
 	var id string // of the first override created

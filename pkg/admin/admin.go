@@ -119,6 +119,43 @@ type Options struct {
 	// RuleHistory answers /v1/rules/history (reload.Reloader.History);
 	// nil leaves that path unserved.
 	RuleHistory func() []reload.Event
+	// Status answers /v1/status; nil leaves that path unserved.
+	Status func() Status
+}
+
+// Status is the answer of GET /v1/status: what the instance runs, and how
+// its rules, store and fleet are.
+type Status struct {
+	Version string `json:"version"`
+	// Store is memory or redis; Breaker the Redis circuit breaker's state
+	// (closed, half-open, open); Degraded why decisions are made without
+	// the store, when they are.
+	Store    string `json:"store"`
+	Breaker  string `json:"breaker,omitempty"`
+	Degraded string `json:"degraded,omitempty"`
+	// Fleet is the Redis pub/sub channel's state, with Redis.
+	Fleet *FleetStatus `json:"fleet,omitempty"`
+	Rules RulesStatus  `json:"rules"`
+	// Overrides counts the live overrides.
+	Overrides int `json:"overrides"`
+}
+
+// FleetStatus is the state of an instance's fleet channel.
+type FleetStatus struct {
+	// Subscribed is set while the instance hears the others' changes.
+	Subscribed bool `json:"subscribed"`
+}
+
+// RulesStatus is the state of the live rules.
+type RulesStatus struct {
+	Source   string    `json:"source"`
+	Hash     string    `json:"hash,omitempty"`
+	LoadedAt time.Time `json:"loaded_at,omitzero"`
+	// LastError is the latest reload's error, while the previous rules
+	// stay live.
+	LastError string `json:"last_error,omitempty"`
+	Reloads   uint64 `json:"reloads"`
+	Failures  uint64 `json:"failures"`
 }
 
 // Handler serves the admin API.
@@ -195,6 +232,11 @@ func New(opts Options) (*Handler, error) {
 	h.handle("GET /v1/audit", h.auditLog)
 	if opts.RuleHistory != nil {
 		h.handle("GET /v1/rules/history", h.ruleHistory)
+	}
+	if opts.Status != nil {
+		h.handle("GET /v1/status", func(w http.ResponseWriter, _ *http.Request, _ string) {
+			httpapi.WriteJSON(w, http.StatusOK, h.opts.Status())
+		})
 	}
 	return h, nil
 }

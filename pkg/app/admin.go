@@ -72,12 +72,36 @@ func (a *App) newAdminAPI() (*admin.Handler, error) {
 		MeterProvider: a.telemetry.MeterProvider(),
 		Values:        a.settings.Values.view(),
 		RuleHistory:   a.reloader.History,
+		Status:        a.status,
 	})
 	if err != nil {
 		return nil, err
 	}
 	a.logger.Info("admin API on", "tls", a.settings.AdminTLS.Cert != "", "tokens", a.tokens.Names())
 	return h, nil
+}
+
+// status answers the admin API's GET /v1/status.
+func (a *App) status() admin.Status {
+	rs := a.reloader.Status()
+	st := admin.Status{
+		Version: a.buildInfo.Version, Store: a.settings.Store, Degraded: a.degraded(),
+		Rules: admin.RulesStatus{
+			Source: a.reloadSource(), Hash: rs.Hash, LoadedAt: rs.LastSuccess,
+			Reloads: rs.Reloads, Failures: rs.Failures,
+		},
+		Overrides: a.overrides.Current().Len(),
+	}
+	if rs.LastError != nil {
+		st.Rules.LastError = rs.LastError.Error()
+	}
+	if a.store.breaker != nil {
+		st.Breaker = a.store.breaker.State().String()
+	}
+	if a.fleet != nil {
+		st.Fleet = &admin.FleetStatus{Subscribed: a.fleet.Subscribed()}
+	}
+	return st
 }
 
 // reloadState is the audit's account of one descriptor configuration.

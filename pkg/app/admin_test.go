@@ -14,6 +14,8 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/apptest"
 	"github.com/tollgatehq/tollgate/internal/polltest"
+	"github.com/tollgatehq/tollgate/pkg/admin"
+	"github.com/tollgatehq/tollgate/pkg/reload"
 )
 
 // TestAdminTokenRotation edits the running tollgate's token file and
@@ -117,5 +119,51 @@ func TestAdminListener(t *testing.T) {
 	apptest.WriteFile(t, filepath.Join(dir, "api.yaml"), apptest.AdminRules)
 	if off := apptest.Start(t, dir, apptest.Options{}); off.AdminAddr != "" {
 		t.Errorf("without an admin token the admin listener is open on %s", off.AdminAddr)
+	}
+}
+
+// TestAdminStatusAndHistory reads GET /v1/status and /v1/rules/history of
+// a running tollgate, before and after a broken edit of its rules.
+func TestAdminStatusAndHistory(t *testing.T) {
+	a := apptest.StartAdmin(t)
+	get := func(path string, v any) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+a.AdminAddr+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+apptest.OpsToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %s", path, resp.Status)
+		}
+		if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var st admin.Status
+	get("/v1/status", &st)
+	if st.Store != "memory" || st.Breaker != "" || st.Fleet != nil || st.Rules.Source != a.Dir || st.Rules.Hash != a.Reloader().Status().Hash || st.Rules.LastError != "" {
+		t.Errorf("status %+v, want the memory store, no breaker or fleet, and the live rules of %s", st, a.Dir)
+	}
+
+	apptest.WriteFile(t, filepath.Join(a.Dir, "api.yaml"), "domain: api\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if err := a.Reloader().Reload(ctx); err == nil {
+		t.Fatal("the broken edit loaded")
+	}
+	get("/v1/status", &st)
+	if !strings.Contains(st.Rules.LastError, `unknown unit "fortnight"`) || st.Rules.Failures != 1 {
+		t.Errorf("status after a broken edit: %+v, want its error and one failure", st.Rules)
+	}
+	var history struct{ Entries []reload.Event }
+	get("/v1/rules/history", &history)
+	if len(history.Entries) != 2 || !history.Entries[0].Failed() || history.Entries[1].Reason != "initial" || history.Entries[1].Added[0] != "api" {
+		t.Errorf("history %+v, want the failure, then the initial rules adding api", history.Entries)
 	}
 }
