@@ -29,6 +29,7 @@ var mayImport = map[string][]string{
 	"pkg/app/ratelimitenv": {},
 
 	"pkg/admin":   {"pkg/limiter", "pkg/override", "pkg/audit", "pkg/httpapi", "pkg/descriptor", "pkg/algorithm", "pkg/reload"},
+	"pkg/ui":      {"pkg/admin"},
 	"pkg/rls":     {"pkg/limiter", "pkg/descriptor"},
 	"pkg/httpapi": {"pkg/limiter", "pkg/descriptor"},
 	"pkg/limiter": {"pkg/descriptor", "pkg/override", "pkg/store", "pkg/algorithm"},
