@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -31,6 +32,7 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/rls"
 	"github.com/tollgatehq/tollgate/pkg/store/memory"
 	"github.com/tollgatehq/tollgate/pkg/telemetry"
+	"github.com/tollgatehq/tollgate/pkg/ui"
 )
 
 const (
@@ -45,8 +47,17 @@ descriptors:
 	adminToken = "openapi-test-token"
 )
 
+// registerPageDecoders lets the validation read the status page's
+// answers, which are text of types kin-openapi has no decoder for.
+var registerPageDecoders = sync.OnceFunc(func() {
+	for _, contentType := range []string{"text/html", "text/javascript", "text/css"} {
+		openapi3filter.RegisterBodyDecoder(contentType, openapi3filter.PlainBodyDecoder)
+	}
+})
+
 func loadOpenAPI(t *testing.T) (*openapi3.T, routers.Router) {
 	t.Helper()
+	registerPageDecoders()
 	doc, err := openapi3.NewLoader().LoadFromData([]byte(api.OpenAPI()))
 	if err != nil {
 		t.Fatal(err)
@@ -68,10 +79,13 @@ const (
 )
 
 // testAPI is the HTTP API with every part tollgate serves it with: the JSON
-// check, /json, metrics, probes and the admin API, on real parts.
+// check, /json, metrics, probes, the admin API and its status page, on
+// real parts.
 type testAPI struct {
 	public *httpapi.Handler
-	admin  *admin.Handler
+	// admin is the admin listener's handler: the admin API behind the
+	// status page, as tollgate serves them.
+	admin *ui.Handler
 	// notReady makes the probes answer 503.
 	notReady bool
 }
@@ -128,7 +142,11 @@ func newTestAPI(t *testing.T) *testAPI {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &testAPI{admin: adm}
+	page, err := ui.New(ui.Options{API: adm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &testAPI{admin: page}
 	a.public = httpapi.New(httpapi.Options{
 		Limiter: lim,
 		JSON:    rls.New(rls.Options{Limiter: lim}).JSONHandler(),
@@ -139,7 +157,7 @@ func newTestAPI(t *testing.T) *testAPI {
 			}
 			return nil
 		},
-		AdminRoutes: adm.Routes(),
+		AdminRoutes: page.Routes(),
 	})
 	return a
 }
@@ -152,6 +170,10 @@ func (a *testAPI) handlers() map[string]http.Handler {
 // pathParam turns an http.ServeMux wildcard into OpenAPI's form, which is
 // the same but for a trailing "..." that no route of ours uses.
 var pathParam = regexp.MustCompile(`\{[a-z_]+\}`)
+
+// exactPath is how a pattern that ends in a slash matches that path only;
+// an OpenAPI path is always exact, so it is written without it.
+const exactPath = "{$}"
 
 // TestOpenAPIRoutes holds the document to the routes served: every route
 // served is documented on the server of its listener, and every documented
@@ -175,11 +197,11 @@ func TestOpenAPIRoutes(t *testing.T) {
 	var served []string
 	for _, route := range a.public.Routes() {
 		if !slices.Contains(a.admin.Routes(), route) {
-			served = append(served, publicServer+" "+route)
+			served = append(served, publicServer+" "+strings.TrimSuffix(route, exactPath))
 		}
 	}
 	for _, route := range a.admin.Routes() {
-		served = append(served, adminServer+" "+route)
+		served = append(served, adminServer+" "+strings.TrimSuffix(route, exactPath))
 	}
 	for _, route := range served {
 		if !pathParam.MatchString(route) && strings.Contains(route, "{") {
@@ -261,6 +283,10 @@ func TestOpenAPIAnswers(t *testing.T) {
 		{method: "GET", target: "/v1/rules/history", want: 401},
 		{method: "GET", target: "/v1/status", token: true, want: 200},
 		{method: "GET", target: "/v1/status", want: 401},
+		{method: "GET", target: "/ui/", want: 200},
+		{method: "GET", target: "/ui/render.js", want: 200},
+		{method: "GET", target: "/ui/app.js", want: 200},
+		{method: "GET", target: "/ui/style.css", want: 200},
 	}
 	exercised := map[*openapi3.Operation]bool{}
 	var id string // of the first override created

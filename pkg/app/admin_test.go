@@ -75,9 +75,10 @@ func TestReloadAudited(t *testing.T) {
 }
 
 // TestAdminListener checks that the admin API has a listener of its own
-// and nothing else does: the public listener answers the admin paths 404
-// with a pointer to it, the admin listener serves no public path, the
-// start-up log names its address, and without a token it does not open.
+// and nothing else does: the public listener answers the admin paths and
+// the status page 404 with a pointer to it, the admin listener serves no
+// public path, the status page loads there without a token, the start-up
+// log names its address, and without a token it does not open.
 func TestAdminListener(t *testing.T) {
 	a := apptest.StartAdmin(t)
 	public, admin := "http://"+a.HTTPAddr, "http://"+a.AdminAddr
@@ -94,10 +95,14 @@ func TestAdminListener(t *testing.T) {
 		{http.MethodGet, admin + "/metrics", http.StatusNotFound},
 		{http.MethodGet, admin + "/healthcheck", http.StatusNotFound},
 		{http.MethodPost, admin + "/v1/check", http.StatusNotFound},
+		{http.MethodGet, public + "/ui/", http.StatusNotFound},
 	} {
 		if got := apptest.Status(t, c.method, c.url, apptest.OpsToken); got != c.want {
 			t.Errorf("%s %s: %d, want %d", c.method, c.url, got, c.want)
 		}
+	}
+	if got := apptest.Status(t, http.MethodGet, admin+"/ui/", ""); got != http.StatusOK {
+		t.Errorf("the status page without a token: %d, want 200 (it holds no data)", got)
 	}
 	resp, err := http.Get(public + "/v1/overrides")
 	if err != nil {
