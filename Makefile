@@ -35,15 +35,26 @@ image: ## Build the container image tollgate:VERSION (needs Docker).
 run: build ## Serve config-examples/ on the embedded store (gRPC :8081, HTTP :8080).
 	$(BIN) serve --config-dir config-examples --store memory
 
+# Test artifacts (testing.T.ArtifactDir: the status page's screenshots)
+# are kept here, under _artifacts/.
+ARTIFACTS ?= $(CURDIR)/test-artifacts
+
 .PHONY: test
-test: redis ## Run every test (installs redis-server first if it is missing).
-	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+test: redis chromium ## Run every test (installs redis-server and chromium first if they are missing); artifacts in ARTIFACTS.
+	@mkdir -p $(ARTIFACTS)
+	$(GO) test -race -count=1 -timeout 15m -artifacts -outputdir $(ARTIFACTS) $(PKGS)
 
 .PHONY: redis
 redis: ## Install redis-server and redis-tools with apt-get when they are missing.
 	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null || \
 		{ echo "installing redis-server (apt-get)"; apt-get update -qq && \
 		  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools >/dev/null; }
+
+.PHONY: chromium
+chromium: ## Install Debian's chromium (the browser tests' headless browser) with apt-get when it is missing.
+	@command -v chromium >/dev/null || \
+		{ echo "installing chromium (apt-get)"; apt-get update -qq && \
+		  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
 .PHONY: bench
 bench: build redis ## Run the Go benchmarks, the Redis load test (tollgate bench, pinned cores) and the leased-budget fleet test's accuracy.
