@@ -40,7 +40,7 @@ run: build ## Serve config-examples/ on the embedded store (gRPC :8081, HTTP :80
 ARTIFACTS ?= $(CURDIR)/test-artifacts
 
 .PHONY: test
-test: redis chromium ## Run every test (installs redis-server and chromium first if they are missing); artifacts in ARTIFACTS.
+test: deps ## Run every test (installs redis-server and chromium first if they are missing); artifacts in ARTIFACTS.
 	@mkdir -p $(ARTIFACTS)
 	$(GO) test -race -count=1 -timeout 15m -artifacts -outputdir $(ARTIFACTS) $(PKGS)
 
@@ -50,11 +50,14 @@ redis: ## Install redis-server and redis-tools with apt-get when they are missin
 		{ echo "installing redis-server (apt-get)"; apt-get update -qq && \
 		  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools >/dev/null; }
 
-.PHONY: chromium
-chromium: ## Install Debian's chromium (the browser tests' headless browser) with apt-get when it is missing.
-	@command -v chromium >/dev/null || \
-		{ echo "installing chromium (apt-get)"; apt-get update -qq && \
-		  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+.PHONY: deps
+deps: ## Install what the tests need with apt-get, those missing, after one apt-get update: redis-server, redis-tools, chromium.
+	@missing=""; \
+		command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+		command -v redis-cli >/dev/null || missing="$$missing redis-tools"; \
+		command -v chromium >/dev/null || missing="$$missing chromium"; \
+		if [ -n "$$missing" ]; then echo "installing$$missing (apt-get)"; apt-get update -qq && \
+		  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 
 .PHONY: bench
 bench: build redis ## Run the Go benchmarks, the Redis load test (tollgate bench, pinned cores) and the leased-budget fleet test's accuracy.

@@ -1,7 +1,7 @@
 // Package browsertest starts a real headless Chromium for tests, the one
 // way a test drives a page: Debian's chromium, driven from Go through the
 // DevTools protocol (chromedp), with a fresh profile and the flags a
-// machine without a network needs. `make chromium` installs it, and `make
+// machine without a network needs. `make deps` installs it, and `make
 // test` does so first.
 //
 // A Browser records every request its pages send and every answer they
@@ -73,7 +73,7 @@ func Start(t testing.TB) *Browser {
 	t.Helper()
 	path, err := exec.LookPath(Executable)
 	if err != nil {
-		t.Fatalf("browsertest: %s not found on PATH (%v): run `make chromium` to install it (make test installs it)", Executable, err)
+		t.Fatalf("browsertest: %s not found on PATH (%v): run `make deps` to install it (make test does)", Executable, err)
 	}
 	life, cancelLife := context.WithTimeout(context.Background(), Lifetime)
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(life,
