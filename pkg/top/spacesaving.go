@@ -1,0 +1,143 @@
+package top
+
+import (
+	"slices"
+	"strings"
+)
+
+// spaceSaving is the Space-Saving summary (Metwally, Agrawal and El
+// Abbadi, 2005) of the interval being recorded, with weights: k counters;
+// a value not counted takes the smallest counter's place, with that
+// counter's count as its error. Counts add up to total, so the smallest
+// is at most total/k, and no count overstates by more.
+//
+// Counters are slots that keep their place; a min-heap of slot numbers
+// finds the smallest, so an update costs a map look-up and O(log k)
+// moves of int32s, and a value is copied only when it takes a slot.
+type spaceSaving struct {
+	k     int
+	index map[string]int32 // value → slot
+	slots []ssSlot
+	heap  []int32 // slot numbers, a min-heap by count
+	total uint64
+}
+
+type ssSlot struct {
+	key   string
+	count uint64
+	err   uint64 // the count the slot had when key took it
+	pos   int32  // the slot's place in heap
+}
+
+func newSpaceSaving(k int) *spaceSaving {
+	return &spaceSaving{k: k}
+}
+
+// add counts w more for the value encoded in key, which add does not
+// keep.
+func (s *spaceSaving) add(key []byte, w uint64) {
+	s.total = satAdd(s.total, w)
+	if i, ok := s.index[string(key)]; ok {
+		sl := &s.slots[i]
+		sl.count = satAdd(sl.count, w)
+		s.down(int(sl.pos))
+		return
+	}
+	if s.index == nil {
+		s.index = make(map[string]int32, s.k)
+	}
+	if len(s.slots) < s.k {
+		i := int32(len(s.slots))
+		s.slots = append(s.slots, ssSlot{key: string(key), count: w, pos: int32(len(s.heap))})
+		s.heap = append(s.heap, i)
+		s.index[s.slots[i].key] = i
+		s.up(len(s.heap) - 1)
+		return
+	}
+	i := s.heap[0]
+	sl := &s.slots[i]
+	delete(s.index, sl.key)
+	sl.key = string(key)
+	sl.err = sl.count
+	sl.count = satAdd(sl.count, w)
+	s.index[sl.key] = i
+	s.down(0)
+}
+
+// min returns the smallest count when every counter is taken, else 0:
+// the most any value not counted may have had.
+func (s *spaceSaving) min() uint64 {
+	if len(s.slots) < s.k {
+		return 0
+	}
+	return s.slots[s.heap[0]].count
+}
+
+// finish returns the summary in Misra-Gries form (see summary): each
+// counter less the smallest, delta the smallest, each lower bound its
+// count less its error.
+func (s *spaceSaving) finish() *summary {
+	m := s.min()
+	out := &summary{delta: m, total: s.total, entries: make([]entry, len(s.slots))}
+	for i := range s.slots {
+		sl := &s.slots[i]
+		out.entries[i] = entry{key: sl.key, c: sl.count - m, lo: sl.count - sl.err}
+	}
+	slices.SortFunc(out.entries, func(a, b entry) int { return strings.Compare(a.key, b.key) })
+	return out
+}
+
+// reset empties s, keeping its memory for the next interval.
+func (s *spaceSaving) reset() {
+	clear(s.index)
+	clear(s.slots)
+	s.slots = s.slots[:0]
+	s.heap = s.heap[:0]
+	s.total = 0
+}
+
+// release drops s's memory.
+func (s *spaceSaving) release() {
+	s.index, s.slots, s.heap, s.total = nil, nil, nil, 0
+}
+
+func (s *spaceSaving) less(a, b int) bool {
+	return s.slots[s.heap[a]].count < s.slots[s.heap[b]].count
+}
+
+func (s *spaceSaving) swap(a, b int) {
+	h := s.heap
+	h[a], h[b] = h[b], h[a]
+	s.slots[h[a]].pos = int32(a)
+	s.slots[h[b]].pos = int32(b)
+}
+
+func (s *spaceSaving) up(j int) {
+	for j > 0 {
+		p := (j - 1) / 2
+		if !s.less(j, p) {
+			return
+		}
+		s.swap(j, p)
+		j = p
+	}
+}
+
+func (s *spaceSaving) down(j int) {
+	n := len(s.heap)
+	for {
+		l := 2*j + 1
+		if l >= n {
+			return
+		}
+		c := l
+		if r := l + 1; r < n && s.less(r, l) {
+			c = r
+		}
+		if !s.less(c, j) {
+			return
+		}
+		s.swap(j, c)
+		j = c
+	}
+}
