@@ -72,11 +72,6 @@ func (s *Snapshot) MarshalBinary() ([]byte, error) {
 	return buf, nil
 }
 
-func appendString(buf []byte, s string) []byte {
-	buf = binary.AppendUvarint(buf, uint64(len(s)))
-	return append(buf, s...)
-}
-
 func appendSummary(buf []byte, s *summary) []byte {
 	if s == nil {
 		s = &summary{}

@@ -24,13 +24,22 @@ func encodedLen(entries []descriptor.Entry) int {
 
 // appendEntries appends entries, encoded, to buf.
 func appendEntries(buf []byte, entries []descriptor.Entry) []byte {
-	for _, e := range entries {
-		buf = binary.AppendUvarint(buf, uint64(len(e.Key)))
-		buf = append(buf, e.Key...)
-		buf = binary.AppendUvarint(buf, uint64(len(e.Value)))
-		buf = append(buf, e.Value...)
+	for i := range entries {
+		e := &entries[i]
+		buf = appendString(buf, e.Key)
+		buf = appendString(buf, e.Value)
 	}
 	return buf
+}
+
+// appendString appends s with its length as a uvarint.
+func appendString(buf []byte, s string) []byte {
+	if len(s) < 0x80 {
+		buf = append(buf, byte(len(s)))
+	} else {
+		buf = binary.AppendUvarint(buf, uint64(len(s)))
+	}
+	return append(buf, s...)
 }
 
 // errBadKey reports an encoded value that does not decode.

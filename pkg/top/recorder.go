@@ -165,12 +165,7 @@ func (h *Rule) Observe(now time.Time, entries []descriptor.Entry, hits uint64, r
 		return
 	}
 	var stack [maxStackKey]byte
-	buf := stack[:0]
-	if n := encodedLen(entries); n > len(stack) {
-		buf = make([]byte, 0, n)
-	}
-	buf = appendEntries(buf, entries)
-	h.observe(slotOf(now), buf, hits, rejected)
+	h.observe(slotOf(now), appendEntries(stack[:0], entries), hits, rejected)
 }
 
 func (h *Rule) observe(slot int64, key []byte, hits uint64, rejected bool) {
