@@ -129,9 +129,12 @@ func (d *decoder) bounded(what string, limit uint64) (uint64, error) {
 }
 
 func (d *decoder) string() (string, error) {
-	n, err := d.bounded("string length", uint64(len(d.rest())))
+	n, err := d.uvarint()
 	if err != nil {
 		return "", err
+	}
+	if n > uint64(len(d.rest())) {
+		return "", fmt.Errorf("string length %d is over the %d bytes left", n, len(d.rest()))
 	}
 	out := d.s[d.off : d.off+int(n)]
 	d.off += int(n)

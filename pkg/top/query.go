@@ -106,8 +106,9 @@ func (r *Recorder) Top(ctx context.Context, q Query) (*Answer, error) {
 	for i, c := range cands {
 		reqLo, reqHi := c.req.bounds(c.key)
 		rejLo, rejHi := c.rej.bounds(c.key)
-		// A rejection is a request too.
-		rejHi, reqLo = min(rejHi, reqHi), max(reqLo, rejLo)
+		// A rejection is a request too. (Bounds that contradict each
+		// other, which only a peer's bad data could give, are clamped.)
+		rejHi, reqLo = min(rejHi, reqHi), min(max(reqLo, rejLo), reqHi)
 		rejLo = min(rejLo, rejHi)
 		e := Entry{RuleID: c.id, Requests: reqHi, Rejected: rejHi, RequestsError: reqHi - reqLo, RejectedError: rejHi - rejLo}
 		e.Error, los[i] = e.RejectedError, rejLo
