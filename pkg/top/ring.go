@@ -1,6 +1,9 @@
 package top
 
-import "time"
+import (
+	"hash/maphash"
+	"time"
+)
 
 // The intervals summaries are kept for. Every one is aligned to the
 // epoch, so the instances of a fleet cut their intervals at the same
@@ -136,7 +139,8 @@ func (r *ring) foldMinute(m finished) {
 // record counts a decision in the live slot.
 func (r *ring) record(key []byte, hits uint64, rejected bool) {
 	if r.live.req == nil {
-		r.live = pair0{req: newSpaceSaving(r.k), rej: newSpaceSaving(r.k)}
+		seed := maphash.MakeSeed()
+		r.live = pair0{req: newSpaceSaving(r.k, seed), rej: newSpaceSaving(r.k, seed)}
 	}
 	r.live.req.add(key, hits)
 	if rejected {

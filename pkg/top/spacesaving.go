@@ -1,6 +1,7 @@
 package top
 
 import (
+	"hash/maphash"
 	"slices"
 	"strings"
 )
@@ -12,11 +13,15 @@ import (
 // is at most total/k, and no count overstates by more.
 //
 // Counters are slots that keep their place; a min-heap of slot numbers
-// finds the smallest, so an update costs a map look-up and O(log k)
-// moves of int32s, and a value is copied only when it takes a slot.
+// finds the smallest, and an open-addressed table of slot numbers, at
+// most half full, finds a value's slot by its hash. An update costs a
+// hash, a probe or two and O(log k) moves of int32s; a value is copied
+// only when it takes a slot.
 type spaceSaving struct {
 	k     int
-	index map[string]int32 // value → slot
+	seed  maphash.Seed
+	table []int32 // slot number + 1, or 0 for none; linear probing
+	mask  uint64  // len(table) - 1
 	slots []ssSlot
 	heap  []int32 // slot numbers, a min-heap by count
 	total uint64
@@ -24,43 +29,90 @@ type spaceSaving struct {
 
 type ssSlot struct {
 	key   string
+	hash  uint64
 	count uint64
 	err   uint64 // the count the slot had when key took it
 	pos   int32  // the slot's place in heap
 }
 
-func newSpaceSaving(k int) *spaceSaving {
-	return &spaceSaving{k: k}
+func newSpaceSaving(k int, seed maphash.Seed) *spaceSaving {
+	return &spaceSaving{k: k, seed: seed}
+}
+
+// find returns the slot of key, whose hash is h, or -1.
+func (s *spaceSaving) find(key []byte, h uint64) int32 {
+	for i := h & s.mask; ; i = (i + 1) & s.mask {
+		v := s.table[i]
+		if v == 0 {
+			return -1
+		}
+		if sl := &s.slots[v-1]; sl.hash == h && sl.key == string(key) {
+			return v - 1
+		}
+	}
+}
+
+// place enters slot n, whose hash is h, in the table.
+func (s *spaceSaving) place(n int32, h uint64) {
+	i := h & s.mask
+	for s.table[i] != 0 {
+		i = (i + 1) & s.mask
+	}
+	s.table[i] = n + 1
+}
+
+// unplace removes slot n, whose hash is h, from the table, moving back
+// the entries after it that probed past it (backward-shift deletion).
+func (s *spaceSaving) unplace(n int32, h uint64) {
+	i := h & s.mask
+	for s.table[i] != n+1 {
+		i = (i + 1) & s.mask
+	}
+	for j := (i + 1) & s.mask; s.table[j] != 0; j = (j + 1) & s.mask {
+		home := s.slots[s.table[j]-1].hash & s.mask
+		// The entry at j may move to i unless its home lies in (i, j].
+		if (j > i && (home <= i || home > j)) || (j < i && home <= i && home > j) {
+			s.table[i] = s.table[j]
+			i = j
+		}
+	}
+	s.table[i] = 0
 }
 
 // add counts w more for the value encoded in key, which add does not
 // keep.
 func (s *spaceSaving) add(key []byte, w uint64) {
 	s.total = satAdd(s.total, w)
-	if i, ok := s.index[string(key)]; ok {
+	if s.table == nil {
+		n := 1
+		for n < 2*s.k {
+			n <<= 1
+		}
+		s.table, s.mask = make([]int32, n), uint64(n-1)
+		s.slots, s.heap = make([]ssSlot, 0, s.k), make([]int32, 0, s.k)
+	}
+	h := maphash.Bytes(s.seed, key)
+	if i := s.find(key, h); i >= 0 {
 		sl := &s.slots[i]
 		sl.count = satAdd(sl.count, w)
 		s.down(int(sl.pos))
 		return
 	}
-	if s.index == nil {
-		s.index = make(map[string]int32, s.k)
-	}
 	if len(s.slots) < s.k {
 		i := int32(len(s.slots))
-		s.slots = append(s.slots, ssSlot{key: string(key), count: w, pos: int32(len(s.heap))})
+		s.slots = append(s.slots, ssSlot{key: string(key), hash: h, count: w, pos: int32(len(s.heap))})
 		s.heap = append(s.heap, i)
-		s.index[s.slots[i].key] = i
+		s.place(i, h)
 		s.up(len(s.heap) - 1)
 		return
 	}
 	i := s.heap[0]
 	sl := &s.slots[i]
-	delete(s.index, sl.key)
-	sl.key = string(key)
+	s.unplace(i, sl.hash)
+	sl.key, sl.hash = string(key), h
 	sl.err = sl.count
 	sl.count = satAdd(sl.count, w)
-	s.index[sl.key] = i
+	s.place(i, h)
 	s.down(0)
 }
 
@@ -89,7 +141,7 @@ func (s *spaceSaving) finish() *summary {
 
 // reset empties s, keeping its memory for the next interval.
 func (s *spaceSaving) reset() {
-	clear(s.index)
+	clear(s.table)
 	clear(s.slots)
 	s.slots = s.slots[:0]
 	s.heap = s.heap[:0]
@@ -98,7 +150,7 @@ func (s *spaceSaving) reset() {
 
 // release drops s's memory.
 func (s *spaceSaving) release() {
-	s.index, s.slots, s.heap, s.total = nil, nil, nil, 0
+	s.table, s.slots, s.heap, s.total = nil, nil, nil, 0
 }
 
 func (s *spaceSaving) less(a, b int) bool {

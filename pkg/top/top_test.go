@@ -3,6 +3,7 @@ package top
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -181,7 +182,7 @@ func TestFlood(t *testing.T) {
 		h.Observe(now, e, 1, rejected)
 		if i%100_000 == 0 {
 			h.mu.Lock()
-			if n := len(h.ring.live.req.index); n > k {
+			if n := len(h.ring.live.req.slots); n > k {
 				t.Fatalf("the live summary holds %d values, over K = %d", n, k)
 			}
 			h.mu.Unlock()
@@ -546,5 +547,38 @@ func TestConcurrent(t *testing.T) {
 	snap := r.Snapshot()
 	if got := snap.Rules[0].windows[Minute].req.total; got != 8000 {
 		t.Errorf("counted %d requests, want 8000", got)
+	}
+}
+
+// TestSpaceSavingTable checks the slot table through 200 000 updates
+// of random values, many evicting others: every slot is found by its
+// value, no value has two slots, and the counts add up to the total.
+func TestSpaceSavingTable(t *testing.T) {
+	s := newSpaceSaving(16, maphash.MakeSeed())
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range 200_000 {
+		s.add([]byte(strconv.Itoa(rng.IntN(40))), 1+rng.Uint64N(3))
+		if i%997 != 0 {
+			continue
+		}
+		used := 0
+		for _, v := range s.table {
+			if v != 0 {
+				used++
+			}
+		}
+		seen := map[string]bool{}
+		var sum uint64
+		for n := range s.slots {
+			sl := &s.slots[n]
+			if seen[sl.key] || s.find([]byte(sl.key), sl.hash) != int32(n) {
+				t.Fatalf("after %d updates: slot %d (%q) is not found, or twice", i, n, sl.key)
+			}
+			seen[sl.key] = true
+			sum += sl.count
+		}
+		if used != len(s.slots) || sum != s.total {
+			t.Fatalf("after %d updates: %d table entries for %d slots, counts %d of %d", i, used, len(s.slots), sum, s.total)
+		}
 	}
 }
