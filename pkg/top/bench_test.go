@@ -67,9 +67,10 @@ func BenchmarkObserveParallel(b *testing.B) {
 }
 
 // BenchmarkFloodMemory floods one rule identity with a million distinct
-// values, over the six slots of a minute, and reports the heap the
-// recorder holds afterwards: the memory of a rule identity at capacity,
-// which the flood's size does not change.
+// values over 65 minutes, so that every interval of every window holds
+// a full summary, and reports the heap the recorder holds afterwards:
+// the most memory a rule identity takes, which a larger flood would not
+// change.
 func BenchmarkFloodMemory(b *testing.B) {
 	for _, k := range []int{DefaultCapacity, 256} {
 		b.Run("K="+strconv.Itoa(k), func(b *testing.B) {
@@ -83,11 +84,11 @@ func BenchmarkFloodMemory(b *testing.B) {
 				e := make([]descriptor.Entry, 1)
 				const flood = 1_000_000
 				for i := range flood {
-					now := t0.Add(time.Duration(i/(flood/6)) * slotLen)
+					now := t0.Add(time.Duration(i) * 65 * time.Minute / flood)
 					e[0] = descriptor.Entry{Key: "api_key", Value: "flood-" + strconv.Itoa(i)}
 					h.Observe(now, e, 1, i&1 == 0)
 				}
-				r.now = func() time.Time { return t0.Add(time.Minute) }
+				r.now = func() time.Time { return t0.Add(65 * time.Minute) }
 				r.Snapshot() // finish the last slot
 				after := heapInUse()
 				b.ReportMetric(float64(after-before), "bytes/rule")

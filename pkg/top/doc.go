@@ -55,9 +55,9 @@
 // A value is a descriptor's entries, encoded with the length of every
 // key and value (unambiguous whatever they hold). The engine asks a
 // Recorder for one Rule per identity and rule set (Recorder.Rule) and
-// calls Rule.Observe for every decided descriptor: an update is a map
-// look-up and a few heap moves under the identity's mutex, and copies
-// nothing unless the value takes a counter.
+// calls Rule.Observe for every decided descriptor: an update is a hash,
+// a probe of a small table and a few heap moves under the identity's
+// mutex, and copies nothing unless the value takes a counter.
 //
 // # Fleet
 //
