@@ -13,15 +13,6 @@ import (
 // the encoding unambiguous whatever bytes keys and values hold, and it
 // costs one or two bytes an entry over the bytes themselves.
 
-// encodedLen returns the length of entries encoded.
-func encodedLen(entries []descriptor.Entry) int {
-	n := 0
-	for _, e := range entries {
-		n += uvarintLen(uint64(len(e.Key))) + len(e.Key) + uvarintLen(uint64(len(e.Value))) + len(e.Value)
-	}
-	return n
-}
-
 // appendEntries appends entries, encoded, to buf.
 func appendEntries(buf []byte, entries []descriptor.Entry) []byte {
 	for i := range entries {

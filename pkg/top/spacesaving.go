@@ -148,11 +148,6 @@ func (s *spaceSaving) reset() {
 	s.total = 0
 }
 
-// release drops s's memory.
-func (s *spaceSaving) release() {
-	s.table, s.slots, s.heap, s.total = nil, nil, nil, 0
-}
-
 func (s *spaceSaving) less(a, b int) bool {
 	return s.slots[s.heap[a]].count < s.slots[s.heap[b]].count
 }
