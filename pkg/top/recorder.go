@@ -151,14 +151,14 @@ type Rule struct {
 
 // maxStackKey is the longest encoded value Observe encodes without
 // allocating.
-const maxStackKey = 256
+const maxStackKey = 128
 
 // Observe counts a decision made at now for the descriptor entries:
 // hits more requests and, if rejected, hits more rejections (rejected is
 // an answer of OVER_LIMIT, or one that shadow mode turned into OK).
 // Observe keeps nothing of entries unless the value takes a counter,
 // and then a copy; it does not allocate otherwise unless the entries
-// encode in more than 256 bytes. A decision of 0 hits (a check) counts
+// encode in more than 128 bytes. A decision of 0 hits (a check) counts
 // nothing.
 func (h *Rule) Observe(now time.Time, entries []descriptor.Entry, hits uint64, rejected bool) {
 	if hits == 0 {
