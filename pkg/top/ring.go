@@ -142,9 +142,10 @@ func (r *ring) record(key []byte, hits uint64, rejected bool) {
 		seed := maphash.MakeSeed()
 		r.live = pair0{req: newSpaceSaving(r.k, seed), rej: newSpaceSaving(r.k, seed)}
 	}
-	r.live.req.add(key, hits)
+	h := maphash.Bytes(r.live.req.seed, key)
+	r.live.req.add(key, h, hits)
 	if rejected {
-		r.live.rej.add(key, hits)
+		r.live.rej.add(key, h, hits)
 	}
 }
 

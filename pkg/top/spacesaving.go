@@ -79,9 +79,9 @@ func (s *spaceSaving) unplace(n int32, h uint64) {
 	s.table[i] = 0
 }
 
-// add counts w more for the value encoded in key, which add does not
-// keep.
-func (s *spaceSaving) add(key []byte, w uint64) {
+// add counts w more for the value encoded in key, whose hash (with
+// s.seed) is h; add does not keep key.
+func (s *spaceSaving) add(key []byte, h uint64, w uint64) {
 	s.total = satAdd(s.total, w)
 	if s.table == nil {
 		n := 1
@@ -91,7 +91,6 @@ func (s *spaceSaving) add(key []byte, w uint64) {
 		s.table, s.mask = make([]int32, n), uint64(n-1)
 		s.slots, s.heap = make([]ssSlot, 0, s.k), make([]int32, 0, s.k)
 	}
-	h := maphash.Bytes(s.seed, key)
 	if i := s.find(key, h); i >= 0 {
 		sl := &s.slots[i]
 		sl.count = satAdd(sl.count, w)

@@ -557,7 +557,8 @@ func TestSpaceSavingTable(t *testing.T) {
 	s := newSpaceSaving(16, maphash.MakeSeed())
 	rng := rand.New(rand.NewPCG(3, 4))
 	for i := range 200_000 {
-		s.add([]byte(strconv.Itoa(rng.IntN(40))), 1+rng.Uint64N(3))
+		key := []byte(strconv.Itoa(rng.IntN(40)))
+		s.add(key, maphash.Bytes(s.seed, key), 1+rng.Uint64N(3))
 		if i%997 != 0 {
 			continue
 		}
