@@ -60,11 +60,13 @@ deps: ## Install what the tests need with apt-get, those missing, after one apt-
 		  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 
 .PHONY: bench
-bench: build redis ## Run the Go benchmarks, the Redis load test (tollgate bench, pinned cores) and the leased-budget fleet test's accuracy.
+bench: build redis ## Run the Go benchmarks (top's memory per rule under a million-key flood among them), the Redis load test (tollgate bench, pinned cores), the leased-budget fleet test's accuracy and the top merge's error.
 	$(GO) test -p 1 -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
 	$(GO) run ./integration/loadtest -bin $(BIN)
 	@echo "== accuracy of leased budgets at full load (the fleet test: 3 instances on one Redis)"
 	@$(GO) test -count=1 -run '^TestCachedFleet$$' -v ./integration | grep -o 'RESULT.*'
+	@echo "== top clients merged across 2 instances on one Redis: the error against the true counts"
+	@$(GO) test -count=1 -run '^TestTopFleet$$' -v ./pkg/app | grep -o 'RESULT.*'
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each, from its committed corpus.

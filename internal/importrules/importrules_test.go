@@ -37,6 +37,8 @@ var mayImport = map[string][]string{
 	"pkg/override":           {"pkg/descriptor"},
 	"pkg/override/redis":     {"pkg/override", "pkg/descriptor", "pkg/signature"},
 	"pkg/override/statefile": {"pkg/override", "pkg/descriptor"},
+	"pkg/top":                {"pkg/descriptor"},
+	"pkg/top/redis":          {"pkg/top", "pkg/descriptor"},
 	"pkg/fleet":              {"pkg/store", "pkg/algorithm", "pkg/signature"},
 	"pkg/reload":             {"pkg/descriptor"},
 	"pkg/xds":                {"pkg/descriptor", "pkg/tlsfiles"},
