@@ -32,6 +32,7 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/rls"
 	"github.com/tollgatehq/tollgate/pkg/store/memory"
 	"github.com/tollgatehq/tollgate/pkg/telemetry"
+	"github.com/tollgatehq/tollgate/pkg/top"
 	"github.com/tollgatehq/tollgate/pkg/ui"
 )
 
@@ -110,9 +111,13 @@ func newTestAPI(t *testing.T) *testAPI {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rec, err := top.New(top.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	lim, err := limiter.New(limiter.Options{
 		Store: memory.New(memory.Options{}), Tree: treeFn, Overrides: registry.Current,
-		HeaderStyle: limiter.HeadersXRateLimit, MeterProvider: tel.MeterProvider(),
+		HeaderStyle: limiter.HeadersXRateLimit, MeterProvider: tel.MeterProvider(), Observer: topObserver{rec},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -133,6 +138,7 @@ func newTestAPI(t *testing.T) *testAPI {
 		Tokens: tokens, Overrides: registry, Limiter: lim, Resetter: lim,
 		Audit:       audit.New(audit.Options{Logger: slog.New(slog.DiscardHandler)}),
 		RuleHistory: rules.History,
+		Top:         rec,
 		Status: func() admin.Status {
 			st := rules.Status()
 			return admin.Status{Version: "test", Store: "memory", Overrides: registry.Current().Len(),
@@ -160,6 +166,14 @@ func newTestAPI(t *testing.T) *testAPI {
 		AdminRoutes: page.Routes(),
 	})
 	return a
+}
+
+// topObserver lets the limiter tell rec about every decision, as the app
+// does.
+type topObserver struct{ rec *top.Recorder }
+
+func (o topObserver) Rule(domain, rule, limit string, lim *descriptor.Limit) limiter.RuleObserver {
+	return o.rec.Rule(domain, rule, limit, lim)
 }
 
 // handlers returns the handler of each of the document's servers.
@@ -283,6 +297,12 @@ func TestOpenAPIAnswers(t *testing.T) {
 		{method: "GET", target: "/v1/rules/history", want: 401},
 		{method: "GET", target: "/v1/status", token: true, want: 200},
 		{method: "GET", target: "/v1/status", want: 401},
+		{method: "GET", target: "/v1/top?domain=api&by=requests&window=1m&limit=5", token: true, want: 200},
+		{method: "GET", target: "/v1/top?domain=api", token: true, want: 200},
+		{method: "GET", target: "/v1/top?domain=api&window=2m", token: true, invalid: true, want: 400},
+		{method: "GET", target: "/v1/top?domain=api", want: 401},
+		{method: "GET", target: "/v1/rules?domain=api", token: true, want: 200},
+		{method: "GET", target: "/v1/rules", want: 401},
 		{method: "GET", target: "/ui/", want: 200},
 		{method: "GET", target: "/ui/render.js", want: 200},
 		{method: "GET", target: "/ui/app.js", want: 200},

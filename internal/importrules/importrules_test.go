@@ -28,7 +28,7 @@ var mayImport = map[string][]string{
 	"pkg/app":              {"*"},
 	"pkg/app/ratelimitenv": {},
 
-	"pkg/admin":   {"pkg/limiter", "pkg/override", "pkg/audit", "pkg/httpapi", "pkg/descriptor", "pkg/algorithm", "pkg/reload"},
+	"pkg/admin":   {"pkg/limiter", "pkg/override", "pkg/audit", "pkg/httpapi", "pkg/descriptor", "pkg/algorithm", "pkg/reload", "pkg/top"},
 	"pkg/ui":      {"pkg/admin"},
 	"pkg/rls":     {"pkg/limiter", "pkg/descriptor"},
 	"pkg/httpapi": {"pkg/limiter", "pkg/descriptor"},

@@ -60,6 +60,7 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/limiter"
 	"github.com/tollgatehq/tollgate/pkg/override"
 	"github.com/tollgatehq/tollgate/pkg/reload"
+	"github.com/tollgatehq/tollgate/pkg/top"
 )
 
 // Overrides keeps the live overrides; *override.Registry is one. It
@@ -121,6 +122,9 @@ type Options struct {
 	RuleHistory func() []reload.Event
 	// Status answers /v1/status; nil leaves that path unserved.
 	Status func() Status
+	// Top answers /v1/top and /v1/rules; nil (--top-capacity 0) leaves
+	// those paths unserved.
+	Top *top.Recorder
 }
 
 // Status is the answer of GET /v1/status: what the instance runs, and how
@@ -232,6 +236,10 @@ func New(opts Options) (*Handler, error) {
 	h.handle("GET /v1/audit", h.auditLog)
 	if opts.RuleHistory != nil {
 		h.handle("GET /v1/rules/history", h.ruleHistory)
+	}
+	if opts.Top != nil {
+		h.handle("GET /v1/top", h.topValues)
+		h.handle("GET /v1/rules", h.ruleRatesOf)
 	}
 	if opts.Status != nil {
 		h.handle("GET /v1/status", func(w http.ResponseWriter, _ *http.Request, _ string) {
@@ -521,7 +529,7 @@ func (h *Handler) decode(w http.ResponseWriter, r *http.Request, v any) error {
 // when the store is unavailable, else 500.
 func (h *Handler) fail(w http.ResponseWriter, doing string, err error) {
 	switch {
-	case errors.Is(err, override.ErrInvalid), errors.Is(err, limiter.ErrInvalidRequest):
+	case errors.Is(err, override.ErrInvalid), errors.Is(err, limiter.ErrInvalidRequest), errors.Is(err, top.ErrInvalidQuery):
 		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
 	case errors.Is(err, override.ErrNotFound):
 		httpapi.WriteError(w, http.StatusNotFound, err.Error())

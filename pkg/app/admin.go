@@ -75,6 +75,7 @@ func (a *App) newAdminAPI() (*ui.Handler, error) {
 		Values:        a.settings.Values.view(),
 		RuleHistory:   a.reloader.History,
 		Status:        a.status,
+		Top:           a.top,
 	})
 	if err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/limiter"
 	"github.com/tollgatehq/tollgate/pkg/top"
 	topredis "github.com/tollgatehq/tollgate/pkg/top/redis"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // newTop builds the heavy-hitter summaries when --top-capacity is not 0:
@@ -34,7 +37,33 @@ func (a *App) newTop() error {
 		return err
 	}
 	a.top = rec
-	return nil
+	return a.topMetrics(rec)
+}
+
+// topMetrics registers tollgate_rule_hottest_ratio{domain,rule}: per rule,
+// the busiest value's hits in the last 60 s over what its limits allow
+// in 60 s, the largest over the rule's limits, on this instance. Above 1,
+// someone is pushing past the limit's rate, rejected or not. Labels are
+// the rules', never a descriptor value.
+func (a *App) topMetrics(rec *top.Recorder) error {
+	_, err := a.telemetry.MeterProvider().Meter(meterName).Float64ObservableGauge("tollgate.rule.hottest_ratio",
+		metric.WithDescription("Per rule, the busiest value's hits in the last 60 s over what the rule's limit allows in 60 s, on this instance: above 1, a client pushes past the limit's rate."),
+		metric.WithUnit("1"),
+		metric.WithFloat64Callback(func(ctx context.Context, o metric.Float64Observer) error {
+			hottest := map[[2]string]float64{}
+			for _, s := range rec.Rules(ctx, top.RulesQuery{Local: true}).Rules {
+				if s.RequestsPerUnit == 0 {
+					continue // an override: no limit of the rule's
+				}
+				k := [2]string{s.Domain, s.Rule}
+				hottest[k] = max(hottest[k], s.HottestRatio)
+			}
+			for k, ratio := range hottest {
+				o.Observe(ratio, metric.WithAttributes(attribute.String("domain", k[0]), attribute.String("rule", k[1])))
+			}
+			return nil
+		}))
+	return err
 }
 
 // instanceName names this instance in the fleet's summaries: the host's

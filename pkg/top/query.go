@@ -174,7 +174,8 @@ type RuleStats struct {
 	// Hottest is the value with the most hits in the 1m window, by its
 	// lower bound; nil without traffic.
 	Hottest []descriptor.Entry
-	// HottestHits is that lower bound, scaled to 60 s: hits the value
+	// HottestHits is that lower bound, scaled down to 60 s when the
+	// window covers more (never up): hits the value
 	// certainly had, per minute, however many other values there were.
 	HottestHits float64
 	// HottestRatio is HottestHits over what the limit allows in 60 s
@@ -213,6 +214,9 @@ func (r *Recorder) Rules(ctx context.Context, q RulesQuery) *RulesAnswer {
 		}
 		if span := mr.windows[Minute].span; best != nil && span > 0 {
 			st.Hottest, _ = decodeEntries(best.key)
+			// Scaled down when the window covers more than 60 s, never
+			// up: a minute's hits are not guessed from its first seconds.
+			span = max(span, time.Minute)
 			st.HottestHits = float64(best.lo) * float64(time.Minute) / float64(span)
 			if mr.rpu > 0 && mr.period > 0 {
 				st.HottestRatio = float64(best.lo) * float64(mr.period) / (float64(mr.rpu) * float64(span))
