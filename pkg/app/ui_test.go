@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -12,14 +13,17 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/apptest"
 	"github.com/tollgatehq/tollgate/internal/browsertest"
+	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/override"
+	"github.com/tollgatehq/tollgate/pkg/rlsclient"
 )
 
 // TestStatusPage drives the status page of a running tollgate in a real
 // headless Chromium, by keyboard: the page loads without a token and shows
 // nothing but the sign-in form, calling nothing; a wrong token is refused
-// and shows nothing more; signed in, it shows the
-// live rules' hash and the initial rule set in the history; an override
+// and shows nothing more; signed in, it shows the live rules' hash, the
+// initial rule set in the history, and the client sent past its limit at
+// the top of its rule's limited clients; an override
 // created from the page is there through the API, and is gone once the
 // page deletes it. The token crosses the network only in the
 // Authorization header of the page's API calls: never in a URL, a cookie
@@ -73,6 +77,21 @@ func TestStatusPage(t *testing.T) {
 	}
 	b.Screenshot("sign-in-refused")
 
+	// One client past its limit among light ones: the rules section must
+	// put it at the top of its rule.
+	client, err := rlsclient.Dial(a.GRPCAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	for i := range 6 {
+		for _, key := range []string{"heavy-client", fmt.Sprintf("light-%d", i)} {
+			if _, err := client.Query(t.Context(), rlsclient.Request{Domain: "api", Descriptors: [][]descriptor.Entry{{{Key: "api_key", Value: key}}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
 	hash := a.Reloader().Status().Hash
 	b.Do("sign in with the keyboard",
 		chromedp.SendKeys(chromedp.ID("token"), apptest.OpsToken+"\n"),
@@ -87,8 +106,10 @@ func TestStatusPage(t *testing.T) {
 	if len(history) != 1 || history[0][1] != "loaded" || history[0][2] != "initial" || history[0][3] != hash[:12] || history[0][5] != "added: api" {
 		t.Errorf("the history shows %q, want the initial rule set %s adding api", history, hash[:12])
 	}
-	if got := browsertest.Run(b, "read the rules", chromedp.Text(chromedp.CSS(`#rules`))); !strings.Contains(got, "Not available on this instance.") {
-		t.Errorf("the rules section, without GET /v1/rules: %q, want it to say it is not available", got)
+	topClient := `#rules tr[data-rule="api_key"] ol.top li:first-child`
+	b.Do("wait for the rule's top clients", chromedp.WaitVisible(chromedp.CSS(topClient)))
+	if got := browsertest.Run(b, "read the rule's top client", chromedp.Text(chromedp.CSS(topClient))); !strings.HasPrefix(got, "api_key=heavy-client: 4 rejected of 6") {
+		t.Errorf("the rule's top limited client is %q, want api_key=heavy-client with 4 rejected of 6", got)
 	}
 	b.Screenshot("signed-in")
 
@@ -206,9 +227,9 @@ const (
 
 // TestStatusPageRulesContract renders the rules section of the status
 // page, in a real browser, from the example answers of GET /v1/rules and
-// GET /v1/top that their contract gives, and from a /v1/top that answers
-// 404: the routes are not served yet, so this holds the page to their
-// contract until TestStatusPage can read them from a running tollgate.
+// GET /v1/top that issue 22 gives (a value that is markup, an override's
+// limit, two instances), and from a /v1/top that answers 404, as it does
+// with --top-capacity 0.
 func TestStatusPageRulesContract(t *testing.T) {
 	a := apptest.StartAdmin(t)
 	b := browsertest.Start(t)
