@@ -72,6 +72,7 @@ func TestDashboardQueriesExportedMetrics(t *testing.T) {
 		"tollgate_store_errors_total",            // store errors
 		"tollgate_breaker_state",                 // breaker state
 		"tollgate_config_reloads_total",          // reloads
+		"tollgate_rule_hottest_ratio",            // who is limited
 	} {
 		if !used[want] {
 			t.Errorf("no dashboard query uses %s", want)
