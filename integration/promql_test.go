@@ -54,7 +54,7 @@ func exportedSeries(t *testing.T, exposition string) map[string][]labels.Labels 
 		for i := 0; i+1 < len(extra); i += 2 {
 			b.Add(extra[i], extra[i+1])
 		}
-		b.Add(labels.MetricName, name)
+		b.Add(model.MetricNameLabel, name)
 		b.Sort()
 		out[name] = append(out[name], b.Labels())
 	}
