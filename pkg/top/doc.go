@@ -47,8 +47,10 @@
 // missing or overstated; exact window edges (a window covers at least
 // its length, and at most one step of its intervals more: 10 s for the
 // minute, one minute for five minutes, five minutes for the hour; rates
-// divide by the span actually covered); decisions after an identity was
-// idle for over an hour and forgotten are counted afresh.
+// divide by the span actually covered, and at least 10 s, so that a
+// young instance reports no burst over its first milliseconds); decisions
+// after an identity was idle for over an hour and forgotten are counted
+// afresh.
 //
 // # Identities and values
 //

@@ -284,7 +284,9 @@ func (r *Recorder) gather(ctx context.Context, match func(RuleID) bool, local bo
 				mr.parts[w] = append(mr.parts[w], ws.pair)
 				mr.windows[w].span = max(mr.windows[w].span, ws.span)
 				if ws.span > 0 {
-					sec := ws.span.Seconds()
+					// At least one slot: a young instance's first
+					// hits are not a rate over its first milliseconds.
+					sec := max(ws.span, slotLen).Seconds()
 					mr.rates[w].req += float64(total(ws.req)) / sec
 					mr.rates[w].rej += float64(total(ws.rej)) / sec
 				}
