@@ -43,31 +43,38 @@ func (id ruleID) String() string {
 
 // topAnswer is what the CLI reads of an answer of GET /v1/top.
 type topAnswer struct {
-	Window    string `json:"window"`
-	By        string `json:"by"`
-	Instances int    `json:"instances"`
-	Partial   bool   `json:"partial"`
-	Entries   []struct {
-		ruleID
-		Descriptor []descriptor.Entry `json:"descriptor"`
-		Requests   uint64             `json:"requests"`
-		Rejected   uint64             `json:"rejected"`
-		Error      uint64             `json:"error"`
-	} `json:"entries"`
+	Window    string     `json:"window"`
+	By        string     `json:"by"`
+	Instances int        `json:"instances"`
+	Partial   bool       `json:"partial"`
+	Entries   []topEntry `json:"entries"`
+}
+
+// topEntry is one client of one rule in a topAnswer.
+type topEntry struct {
+	ruleID
+	Descriptor []descriptor.Entry `json:"descriptor"`
+	Requests   uint64             `json:"requests"`
+	Rejected   uint64             `json:"rejected"`
+	Error      uint64             `json:"error"`
 }
 
 // rulesAnswer is what the CLI reads of an answer of GET /v1/rules.
 type rulesAnswer struct {
-	Instances int  `json:"instances"`
-	Partial   bool `json:"partial"`
-	Rules     []struct {
-		ruleID
-		RequestsPerUnit uint32  `json:"requests_per_unit"`
-		Unit            string  `json:"unit"`
-		Decisions1m     float64 `json:"decisions_per_second_1m"`
-		Rejected1m      float64 `json:"rejected_per_second_1m"`
-		HottestRatio    float64 `json:"hottest_ratio"`
-	} `json:"rules"`
+	Instances int         `json:"instances"`
+	Partial   bool        `json:"partial"`
+	Rules     []ruleRates `json:"rules"`
+}
+
+// ruleRates is one rule of a rulesAnswer: its limit, its rates over the
+// last minute and its hottest value's share of the limit.
+type ruleRates struct {
+	ruleID
+	RequestsPerUnit uint32  `json:"requests_per_unit"`
+	Unit            string  `json:"unit"`
+	Decisions1m     float64 `json:"decisions_per_second_1m"`
+	Rejected1m      float64 `json:"rejected_per_second_1m"`
+	HottestRatio    float64 `json:"hottest_ratio"`
 }
 
 // domains returns the domains of the rules, sorted, each once.
