@@ -3,7 +3,9 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -165,5 +167,31 @@ func TestShowValue(t *testing.T) {
 		if got := showValue(in); got != want {
 			t.Errorf("showValue(%q) = %s, want %s", in, got, want)
 		}
+	}
+}
+
+// TestReadmeAdminTop holds the README's example of admin top to the
+// table the command prints: the same first line and columns.
+func TestReadmeAdminTop(t *testing.T) {
+	data, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, example, ok := strings.Cut(string(data), "$ tollgate admin top --domain api")
+	if !ok {
+		t.Fatal("README.md has no example of tollgate admin top --domain api")
+	}
+	lines := strings.Split(example, "\n")
+	if len(lines) < 4 {
+		t.Fatalf("the example is cut short: %q", example)
+	}
+	if !regexp.MustCompile(`^api: top by rejected over 5m, \d+ instances?$`).MatchString(lines[1]) {
+		t.Errorf("the example's first line %q is not the command's", lines[1])
+	}
+	if got := strings.Fields(lines[2]); !slices.Equal(got, []string{"RULE", "DESCRIPTOR", "REQUESTS", "REJECTED", "±ERROR"}) {
+		t.Errorf("the example's columns %q are not the command's", got)
+	}
+	if !regexp.MustCompile(`^api_key +api_key=\S+ +\d+ +\d+ +±\d+$`).MatchString(lines[3]) {
+		t.Errorf("the example's row %q is not shaped as the command's", lines[3])
 	}
 }
