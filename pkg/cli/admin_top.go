@@ -225,7 +225,7 @@ func printTopTables(w io.Writer, domains []string, answers map[string]json.RawMe
 		tw := tabwriter.NewWriter(&out, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "RULE\tDESCRIPTOR\tREQUESTS\tREJECTED\t±ERROR")
 		for _, e := range ans.Entries {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t±%d\n", showValue(e.ruleID.String()), showEntries(e.Descriptor), e.Requests, e.Rejected, e.Error)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t±%d\n", showValue(e.String()), showEntries(e.Descriptor), e.Requests, e.Rejected, e.Error)
 		}
 		if err := tw.Flush(); err != nil {
 			return err

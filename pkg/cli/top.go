@@ -162,10 +162,11 @@ func (v *topView) run(ctx context.Context, out *os.File, interval time.Duration)
 		return err
 	}
 
+	// The keys q and Ctrl-C end ctx, so that they also cut short a
+	// refresh that waits on a slow server.
 	ctx, quit := context.WithCancel(ctx)
-	defer quit()
 	keys := make(chan byte)
-	stopKeys := readKeys(ctx, in, keys)
+	stopKeys := readKeys(ctx, quit, in, keys)
 	defer stopKeys()
 
 	ticker := time.NewTicker(interval)
@@ -179,8 +180,6 @@ func (v *topView) run(ctx context.Context, out *os.File, interval time.Duration)
 			return nil
 		case k := <-keys:
 			switch k {
-			case 'q', 'Q', 3: // 3 is Ctrl-C, which raw mode delivers as a key
-				return nil
 			case 'r', 'd':
 				v.flags.by = map[byte]string{'r': "rejected", 'd': "requests"}[k]
 			default:
@@ -209,11 +208,12 @@ func keyboard() (in *os.File, closeIn func(), err error) {
 	return tty, func() { tty.Close() }, nil
 }
 
-// readKeys sends the bytes read from in to keys until ctx ends, and
-// returns a function that stops the reading and waits for it. Where in's
-// reads take no deadline (a terminal on macOS), a read under way cannot
-// be interrupted: the reader then ends with the process.
-func readKeys(ctx context.Context, in *os.File, keys chan<- byte) (stop func()) {
+// readKeys sends the bytes read from in to keys until ctx ends; q, Q
+// and Ctrl-C (which raw mode delivers as a byte, 3) call quit instead. It
+// returns a function that calls quit, stops the reading and waits for it.
+// Where in's reads take no deadline (a terminal on macOS), a read under
+// way cannot be interrupted: the reader then ends with the process.
+func readKeys(ctx context.Context, quit context.CancelFunc, in *os.File, keys chan<- byte) (stop func()) {
 	stoppable := in.SetReadDeadline(time.Time{}) == nil
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -221,6 +221,10 @@ func readKeys(ctx context.Context, in *os.File, keys chan<- byte) (stop func()) 
 		for {
 			n, err := in.Read(buf)
 			for _, b := range buf[:n] {
+				if b == 'q' || b == 'Q' || b == 3 {
+					quit()
+					return
+				}
 				select {
 				case keys <- b:
 				case <-ctx.Done():
@@ -233,8 +237,9 @@ func readKeys(ctx context.Context, in *os.File, keys chan<- byte) (stop func()) 
 		}
 	})
 	return func() {
-		if stoppable {
-			in.SetReadDeadline(time.Now())
+		quit()
+		// A deadline in the past ends the read under way.
+		if stoppable && in.SetReadDeadline(time.Now()) == nil {
 			wg.Wait()
 		}
 	}
@@ -304,7 +309,7 @@ func (v *topView) frame() []string {
 		if r.RequestsPerUnit > 0 {
 			limit = fmt.Sprintf("%d/%s", r.RequestsPerUnit, r.Unit)
 		}
-		add("%-40s %-12s %12.2f %11.2f %8.2f", showValue(r.Domain)+" "+showValue(r.ruleID.String()), limit, r.Decisions1m, r.Rejected1m, r.HottestRatio)
+		add("%-40s %-12s %12.2f %11.2f %8.2f", showValue(r.Domain)+" "+showValue(r.String()), limit, r.Decisions1m, r.Rejected1m, r.HottestRatio)
 		for _, c := range v.top[r.ruleID] {
 			add("  %-38s requests %d  rejected %d  ±%d", c.descriptor, c.requests, c.rejected, c.errBound)
 		}
