@@ -35,9 +35,14 @@ image: ## Build the container image tollgate:VERSION (needs Docker).
 run: build ## Serve config-examples/ on the embedded store (gRPC :8081, HTTP :8080).
 	$(BIN) serve --config-dir config-examples --store memory
 
+# Test artifacts (testing.T.ArtifactDir: the status page's screenshots)
+# are kept here, under _artifacts/.
+ARTIFACTS ?= $(CURDIR)/test-artifacts
+
 .PHONY: test
-test: redis ## Run every test (installs redis-server first if it is missing).
-	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+test: deps ## Run every test (installs redis-server and chromium first if they are missing); artifacts in ARTIFACTS.
+	@mkdir -p $(ARTIFACTS)
+	$(GO) test -race -count=1 -timeout 15m -artifacts -outputdir $(ARTIFACTS) $(PKGS)
 
 .PHONY: redis
 redis: ## Install redis-server and redis-tools with apt-get when they are missing.
@@ -45,12 +50,23 @@ redis: ## Install redis-server and redis-tools with apt-get when they are missin
 		{ echo "installing redis-server (apt-get)"; apt-get update -qq && \
 		  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools >/dev/null; }
 
+.PHONY: deps
+deps: ## Install what the tests need with apt-get, those missing, after one apt-get update: redis-server, redis-tools, chromium.
+	@missing=""; \
+		command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+		command -v redis-cli >/dev/null || missing="$$missing redis-tools"; \
+		command -v chromium >/dev/null || missing="$$missing chromium"; \
+		if [ -n "$$missing" ]; then echo "installing$$missing (apt-get)"; apt-get update -qq && \
+		  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
+
 .PHONY: bench
-bench: build redis ## Run the Go benchmarks, the Redis load test (tollgate bench, pinned cores) and the leased-budget fleet test's accuracy.
+bench: build redis ## Run the Go benchmarks (top's memory per rule under a million-key flood among them), the Redis load test (tollgate bench, pinned cores), the leased-budget fleet test's accuracy and the top merge's error.
 	$(GO) test -p 1 -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
 	$(GO) run ./integration/loadtest -bin $(BIN)
 	@echo "== accuracy of leased budgets at full load (the fleet test: 3 instances on one Redis)"
 	@$(GO) test -count=1 -run '^TestCachedFleet$$' -v ./integration | grep -o 'RESULT.*'
+	@echo "== top clients merged across 2 instances on one Redis: the error against the true counts"
+	@$(GO) test -count=1 -run '^TestTopFleet$$' -v ./pkg/app | grep -o 'RESULT.*'
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each, from its committed corpus.

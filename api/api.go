@@ -16,9 +16,10 @@
 // against the decoder's golden inputs.
 //
 // openapi.yaml is an OpenAPI 3.0 document of tollgate's whole HTTP API:
-// the JSON check, envoyproxy/ratelimit's /json, the probes, the metrics
-// and the admin API. Its test holds it to the routes the HTTP handler
-// really serves, both ways, and validates real answers against it.
+// the JSON check, envoyproxy/ratelimit's /json, the probes, the metrics,
+// the admin API and the status page beside it. Its test holds it to the
+// routes the HTTP handlers really serve, both ways, and validates real
+// answers against it.
 package api
 
 import _ "embed"

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -27,9 +28,12 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/limiter"
 	"github.com/tollgatehq/tollgate/pkg/override"
 	"github.com/tollgatehq/tollgate/pkg/override/statefile"
+	"github.com/tollgatehq/tollgate/pkg/reload"
 	"github.com/tollgatehq/tollgate/pkg/rls"
 	"github.com/tollgatehq/tollgate/pkg/store/memory"
 	"github.com/tollgatehq/tollgate/pkg/telemetry"
+	"github.com/tollgatehq/tollgate/pkg/top"
+	"github.com/tollgatehq/tollgate/pkg/ui"
 )
 
 const (
@@ -44,8 +48,17 @@ descriptors:
 	adminToken = "openapi-test-token"
 )
 
+// registerPageDecoders lets the validation read the status page's
+// answers, which are text of types kin-openapi has no decoder for.
+var registerPageDecoders = sync.OnceFunc(func() {
+	for _, contentType := range []string{"text/html", "text/javascript", "text/css"} {
+		openapi3filter.RegisterBodyDecoder(contentType, openapi3filter.PlainBodyDecoder)
+	}
+})
+
 func loadOpenAPI(t *testing.T) (*openapi3.T, routers.Router) {
 	t.Helper()
+	registerPageDecoders()
 	doc, err := openapi3.NewLoader().LoadFromData([]byte(api.OpenAPI()))
 	if err != nil {
 		t.Fatal(err)
@@ -67,10 +80,13 @@ const (
 )
 
 // testAPI is the HTTP API with every part tollgate serves it with: the JSON
-// check, /json, metrics, probes and the admin API, on real parts.
+// check, /json, metrics, probes, the admin API and its status page, on
+// real parts.
 type testAPI struct {
 	public *httpapi.Handler
-	admin  *admin.Handler
+	// admin is the admin listener's handler: the admin API behind the
+	// status page, as tollgate serves them.
+	admin *ui.Handler
 	// notReady makes the probes answer 503.
 	notReady bool
 }
@@ -95,9 +111,13 @@ func newTestAPI(t *testing.T) *testAPI {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rec, err := top.New(top.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	lim, err := limiter.New(limiter.Options{
 		Store: memory.New(memory.Options{}), Tree: treeFn, Overrides: registry.Current,
-		HeaderStyle: limiter.HeadersXRateLimit, MeterProvider: tel.MeterProvider(),
+		HeaderStyle: limiter.HeadersXRateLimit, MeterProvider: tel.MeterProvider(), Observer: topObserver{rec},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -106,14 +126,33 @@ func newTestAPI(t *testing.T) *testAPI {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rules, err := reload.New(reload.Options{Source: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rules.Apply("initial", func() (*descriptor.Tree, error) { return tree, nil }); err != nil {
+		t.Fatal(err)
+	}
+	_ = rules.Apply("broken", func() (*descriptor.Tree, error) { return nil, errors.New("api.yaml:1: broken") })
 	adm, err := admin.New(admin.Options{
 		Tokens: tokens, Overrides: registry, Limiter: lim, Resetter: lim,
-		Audit: audit.New(audit.Options{Logger: slog.New(slog.DiscardHandler)}),
+		Audit:       audit.New(audit.Options{Logger: slog.New(slog.DiscardHandler)}),
+		RuleHistory: rules.History,
+		Top:         rec,
+		Status: func() admin.Status {
+			st := rules.Status()
+			return admin.Status{Version: "test", Store: "memory", Overrides: registry.Current().Len(),
+				Rules: admin.RulesStatus{Source: "test", Hash: st.Hash, LoadedAt: st.LastSuccess, LastError: st.LastError.Error(), Reloads: st.Reloads, Failures: st.Failures}}
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &testAPI{admin: adm}
+	page, err := ui.New(ui.Options{API: adm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &testAPI{admin: page}
 	a.public = httpapi.New(httpapi.Options{
 		Limiter: lim,
 		JSON:    rls.New(rls.Options{Limiter: lim}).JSONHandler(),
@@ -124,9 +163,17 @@ func newTestAPI(t *testing.T) *testAPI {
 			}
 			return nil
 		},
-		AdminRoutes: adm.Routes(),
+		AdminRoutes: page.Routes(),
 	})
 	return a
+}
+
+// topObserver lets the limiter tell rec about every decision, as the app
+// does.
+type topObserver struct{ rec *top.Recorder }
+
+func (o topObserver) Rule(domain, rule, limit string, lim *descriptor.Limit) limiter.RuleObserver {
+	return o.rec.Rule(domain, rule, limit, lim)
 }
 
 // handlers returns the handler of each of the document's servers.
@@ -137,6 +184,10 @@ func (a *testAPI) handlers() map[string]http.Handler {
 // pathParam turns an http.ServeMux wildcard into OpenAPI's form, which is
 // the same but for a trailing "..." that no route of ours uses.
 var pathParam = regexp.MustCompile(`\{[a-z_]+\}`)
+
+// exactPath is how a pattern that ends in a slash matches that path only;
+// an OpenAPI path is always exact, so it is written without it.
+const exactPath = "{$}"
 
 // TestOpenAPIRoutes holds the document to the routes served: every route
 // served is documented on the server of its listener, and every documented
@@ -160,11 +211,11 @@ func TestOpenAPIRoutes(t *testing.T) {
 	var served []string
 	for _, route := range a.public.Routes() {
 		if !slices.Contains(a.admin.Routes(), route) {
-			served = append(served, publicServer+" "+route)
+			served = append(served, publicServer+" "+strings.TrimSuffix(route, exactPath))
 		}
 	}
 	for _, route := range a.admin.Routes() {
-		served = append(served, adminServer+" "+route)
+		served = append(served, adminServer+" "+strings.TrimSuffix(route, exactPath))
 	}
 	for _, route := range served {
 		if !pathParam.MatchString(route) && strings.Contains(route, "{") {
@@ -242,6 +293,20 @@ func TestOpenAPIAnswers(t *testing.T) {
 		{method: "GET", target: "/v1/audit", token: true, want: 200},
 		{method: "GET", target: "/v1/audit?limit=0", token: true, invalid: true, want: 400},
 		{method: "GET", target: "/v1/audit", want: 401},
+		{method: "GET", target: "/v1/rules/history", token: true, want: 200},
+		{method: "GET", target: "/v1/rules/history", want: 401},
+		{method: "GET", target: "/v1/status", token: true, want: 200},
+		{method: "GET", target: "/v1/status", want: 401},
+		{method: "GET", target: "/v1/top?domain=api&by=requests&window=1m&limit=5", token: true, want: 200},
+		{method: "GET", target: "/v1/top?domain=api", token: true, want: 200},
+		{method: "GET", target: "/v1/top?domain=api&window=2m", token: true, invalid: true, want: 400},
+		{method: "GET", target: "/v1/top?domain=api", want: 401},
+		{method: "GET", target: "/v1/rules?domain=api", token: true, want: 200},
+		{method: "GET", target: "/v1/rules", want: 401},
+		{method: "GET", target: "/ui/", want: 200},
+		{method: "GET", target: "/ui/render.js", want: 200},
+		{method: "GET", target: "/ui/app.js", want: 200},
+		{method: "GET", target: "/ui/style.css", want: 200},
 	}
 	exercised := map[*openapi3.Operation]bool{}
 	var id string // of the first override created

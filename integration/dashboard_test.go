@@ -3,7 +3,6 @@ package integration
 import (
 	"maps"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -13,85 +12,6 @@ import (
 	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/pkg/app"
 )
-
-// promqlWords are the PromQL words that look like metric names but are
-// not: keywords, aggregation modifiers and the like. Function names need
-// no list: a name followed by "(" is a call.
-var promqlWords = map[string]bool{
-	"by": true, "without": true, "on": true, "ignoring": true, "group_left": true, "group_right": true,
-	"bool": true, "and": true, "or": true, "unless": true, "offset": true, "atan2": true,
-	"inf": true, "nan": true,
-}
-
-var (
-	// promqlStrings matches string literals.
-	promqlStrings = regexp.MustCompile(`"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|` + "`[^`]*`")
-	// promqlBraces matches label matchers and range or subquery brackets.
-	promqlBraces = regexp.MustCompile(`\{[^}]*\}|\[[^\]]*\]`)
-	// promqlGrouping matches the label lists of by, without, on, ignoring
-	// and group_left/right.
-	promqlGrouping = regexp.MustCompile(`\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)`)
-	// promqlIdent matches an identifier and what follows it.
-	promqlIdent = regexp.MustCompile(`[a-zA-Z_:][a-zA-Z0-9_:]*\s*\(?`)
-	// promqlNumber matches numbers, durations included, so that their
-	// letters (1e-3, 5m) are not taken for names.
-	promqlNumber = regexp.MustCompile(`\b\d[0-9a-zA-Z.]*`)
-)
-
-// metricNames returns the metric names a PromQL expression selects.
-func metricNames(expr string) []string {
-	expr = promqlStrings.ReplaceAllString(expr, " ")
-	expr = promqlBraces.ReplaceAllString(expr, " ")
-	expr = promqlGrouping.ReplaceAllString(expr, " ")
-	expr = promqlNumber.ReplaceAllString(expr, " ")
-	var names []string
-	for _, m := range promqlIdent.FindAllString(expr, -1) {
-		if strings.HasSuffix(m, "(") {
-			continue // a function call or an aggregation
-		}
-		if name := strings.TrimSpace(m); !promqlWords[name] && !slices.Contains(names, name) {
-			names = append(names, name)
-		}
-	}
-	return names
-}
-
-func TestMetricNames(t *testing.T) {
-	tests := []struct {
-		expr string
-		want []string
-	}{
-		{`sum by (result) (rate(tollgate_decisions_total[$__rate_interval]))`, []string{"tollgate_decisions_total"}},
-		{`sum by (domain, rule) (rate(tollgate_decisions_total{result=~"over_limit|denylist"}[5m]))`, []string{"tollgate_decisions_total"}},
-		{`histogram_quantile(0.99, sum by (le) (rate(a_bucket[1m])))`, []string{"a_bucket"}},
-		{`sum(rate(a_sum[1m])) / sum(rate(a_count[1m]))`, []string{"a_sum", "a_count"}},
-		{`time() - min(b)`, []string{"b"}},
-		{`count(count by (hash) (c))`, []string{"c"}},
-		{`max by (instance, breaker) (d) > bool 1e-3`, []string{"d"}},
-		{`e offset 5m and on (job) f`, []string{"e", "f"}},
-		{`g * on (x) group_left (y) h`, []string{"g", "h"}},
-	}
-	for _, tt := range tests {
-		if got := metricNames(tt.expr); !slices.Equal(got, tt.want) {
-			t.Errorf("metricNames(%q) = %q, want %q", tt.expr, got, tt.want)
-		}
-	}
-}
-
-// seriesNames returns the metric names of the series in a Prometheus text
-// exposition: histograms appear as their _bucket, _sum and _count.
-func seriesNames(exposition string) map[string]bool {
-	names := map[string]bool{}
-	for line := range strings.Lines(exposition) {
-		if line = strings.TrimSpace(line); line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		if i := strings.IndexAny(line, "{ "); i > 0 {
-			names[line[:i]] = true
-		}
-	}
-	return names
-}
 
 // TestDashboardQueriesExportedMetrics runs tollgate on a real Redis, makes
 // every kind of event the dashboard shows happen (decisions of several
@@ -124,20 +44,20 @@ func TestDashboardQueriesExportedMetrics(t *testing.T) {
 		return strings.Contains(svc.get(t, svc.httpAddr, "/metrics"), `tollgate_breaker_state{breaker="redis"`) &&
 			strings.Contains(svc.get(t, svc.httpAddr, "/metrics"), `tollgate_breaker_changes_total{`)
 	}, "the breaker to open")
-	exported := seriesNames(svc.get(t, svc.httpAddr, "/metrics"))
+	exported := exportedSeries(t, svc.get(t, svc.httpAddr, "/metrics"))
 
 	d := loadDashboard(t)
 	used := map[string]bool{}
 	for _, p := range d.Panels {
 		for _, q := range p.Targets {
-			names := metricNames(q.Expr)
-			if len(names) == 0 {
-				t.Errorf("panel %q: query %q names no metric", p.Title, q.Expr)
+			sels, err := selectors(q.Expr)
+			if err != nil || len(sels) == 0 {
+				t.Errorf("panel %q: query %q: %v, or it names no metric", p.Title, q.Expr, err)
 			}
-			for _, name := range names {
-				used[name] = true
-				if !exported[name] {
-					t.Errorf("panel %q: query %q names %s, which tollgate does not export", p.Title, q.Expr, name)
+			for _, vs := range sels {
+				used[vs.Name] = true
+				if _, ok := exported[vs.Name]; !ok {
+					t.Errorf("panel %q: query %q names %s, which tollgate does not export", p.Title, q.Expr, vs.Name)
 				}
 			}
 		}
@@ -152,6 +72,7 @@ func TestDashboardQueriesExportedMetrics(t *testing.T) {
 		"tollgate_store_errors_total",            // store errors
 		"tollgate_breaker_state",                 // breaker state
 		"tollgate_config_reloads_total",          // reloads
+		"tollgate_rule_hottest_ratio",            // who is limited
 	} {
 		if !used[want] {
 			t.Errorf("no dashboard query uses %s", want)

@@ -518,7 +518,7 @@ func TestPrometheusScrapesComposeServices(t *testing.T) {
 
 // TestPrometheusLoadsAlertRules checks that the demo's Prometheus loads
 // tollgate's alerting rules: prometheus.yml names one rule file, where the
-// compose file mounts envoy/observability/alerts.yml (TestAlertRules checks
+// compose file mounts envoy/observability/alerts.yaml (TestAlertRules checks
 // the rules).
 func TestPrometheusLoadsAlertRules(t *testing.T) {
 	var doc prometheusDoc

@@ -28,7 +28,8 @@ var mayImport = map[string][]string{
 	"pkg/app":              {"*"},
 	"pkg/app/ratelimitenv": {},
 
-	"pkg/admin":   {"pkg/limiter", "pkg/override", "pkg/audit", "pkg/httpapi", "pkg/descriptor", "pkg/algorithm"},
+	"pkg/admin":   {"pkg/limiter", "pkg/override", "pkg/audit", "pkg/httpapi", "pkg/descriptor", "pkg/algorithm", "pkg/reload", "pkg/top"},
+	"pkg/ui":      {"pkg/admin"},
 	"pkg/rls":     {"pkg/limiter", "pkg/descriptor"},
 	"pkg/httpapi": {"pkg/limiter", "pkg/descriptor"},
 	"pkg/limiter": {"pkg/descriptor", "pkg/override", "pkg/store", "pkg/algorithm"},
@@ -36,6 +37,8 @@ var mayImport = map[string][]string{
 	"pkg/override":           {"pkg/descriptor"},
 	"pkg/override/redis":     {"pkg/override", "pkg/descriptor", "pkg/signature"},
 	"pkg/override/statefile": {"pkg/override", "pkg/descriptor"},
+	"pkg/top":                {"pkg/descriptor"},
+	"pkg/top/redis":          {"pkg/top", "pkg/descriptor"},
 	"pkg/fleet":              {"pkg/store", "pkg/algorithm", "pkg/signature"},
 	"pkg/reload":             {"pkg/descriptor"},
 	"pkg/xds":                {"pkg/descriptor", "pkg/tlsfiles"},

@@ -59,6 +59,8 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/httpapi"
 	"github.com/tollgatehq/tollgate/pkg/limiter"
 	"github.com/tollgatehq/tollgate/pkg/override"
+	"github.com/tollgatehq/tollgate/pkg/reload"
+	"github.com/tollgatehq/tollgate/pkg/top"
 )
 
 // Overrides keeps the live overrides; *override.Registry is one. It
@@ -115,6 +117,49 @@ type Options struct {
 	Values descriptor.ValueView
 	// MeterProvider gets tollgate_admin_refused_total; nil means a no-op.
 	MeterProvider metric.MeterProvider
+	// RuleHistory answers /v1/rules/history (reload.Reloader.History);
+	// nil leaves that path unserved.
+	RuleHistory func() []reload.Event
+	// Status answers /v1/status; nil leaves that path unserved.
+	Status func() Status
+	// Top answers /v1/top and /v1/rules; nil (--top-capacity 0) leaves
+	// those paths unserved.
+	Top *top.Recorder
+}
+
+// Status is the answer of GET /v1/status: what the instance runs, and how
+// its rules, store and fleet are.
+type Status struct {
+	Version string `json:"version"`
+	// Store is memory or redis; Breaker the Redis circuit breaker's state
+	// (closed, half-open, open); Degraded why decisions are made without
+	// the store, when they are.
+	Store    string `json:"store"`
+	Breaker  string `json:"breaker,omitempty"`
+	Degraded string `json:"degraded,omitempty"`
+	// Fleet is the Redis pub/sub channel's state, with Redis.
+	Fleet *FleetStatus `json:"fleet,omitempty"`
+	Rules RulesStatus  `json:"rules"`
+	// Overrides counts the live overrides.
+	Overrides int `json:"overrides"`
+}
+
+// FleetStatus is the state of an instance's fleet channel.
+type FleetStatus struct {
+	// Subscribed is set while the instance hears the others' changes.
+	Subscribed bool `json:"subscribed"`
+}
+
+// RulesStatus is the state of the live rules.
+type RulesStatus struct {
+	Source   string    `json:"source"`
+	Hash     string    `json:"hash,omitempty"`
+	LoadedAt time.Time `json:"loaded_at,omitzero"`
+	// LastError is the latest reload's error, while the previous rules
+	// stay live.
+	LastError string `json:"last_error,omitempty"`
+	Reloads   uint64 `json:"reloads"`
+	Failures  uint64 `json:"failures"`
 }
 
 // Handler serves the admin API.
@@ -189,6 +234,18 @@ func New(opts Options) (*Handler, error) {
 	h.handle("POST /v1/remaining", h.remaining)
 	h.handle("POST /v1/reset", h.reset)
 	h.handle("GET /v1/audit", h.auditLog)
+	if opts.RuleHistory != nil {
+		h.handle("GET /v1/rules/history", h.ruleHistory)
+	}
+	if opts.Top != nil {
+		h.handle("GET /v1/top", h.topValues)
+		h.handle("GET /v1/rules", h.ruleRatesOf)
+	}
+	if opts.Status != nil {
+		h.handle("GET /v1/status", func(w http.ResponseWriter, _ *http.Request, _ string) {
+			httpapi.WriteJSON(w, http.StatusOK, h.opts.Status())
+		})
+	}
 	return h, nil
 }
 
@@ -438,6 +495,14 @@ func (h *Handler) auditLog(w http.ResponseWriter, r *http.Request, _ string) {
 	httpapi.WriteJSON(w, http.StatusOK, auditResponse{Entries: h.opts.Audit.Last(limit)})
 }
 
+// ruleHistory answers GET /v1/rules/history: the latest rule sets and
+// failed reloads, newest first.
+func (h *Handler) ruleHistory(w http.ResponseWriter, _ *http.Request, _ string) {
+	httpapi.WriteJSON(w, http.StatusOK, struct {
+		Entries []reload.Event `json:"entries"`
+	}{h.opts.RuleHistory()})
+}
+
 // show returns o as answers and the audit show it: its descriptor values
 // as Options.Values says.
 func (h *Handler) show(o override.Override) override.Override {
@@ -464,7 +529,7 @@ func (h *Handler) decode(w http.ResponseWriter, r *http.Request, v any) error {
 // when the store is unavailable, else 500.
 func (h *Handler) fail(w http.ResponseWriter, doing string, err error) {
 	switch {
-	case errors.Is(err, override.ErrInvalid), errors.Is(err, limiter.ErrInvalidRequest):
+	case errors.Is(err, override.ErrInvalid), errors.Is(err, limiter.ErrInvalidRequest), errors.Is(err, top.ErrInvalidQuery):
 		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
 	case errors.Is(err, override.ErrNotFound):
 		httpapi.WriteError(w, http.StatusNotFound, err.Error())

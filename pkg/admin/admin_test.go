@@ -26,6 +26,7 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/override"
 	"github.com/tollgatehq/tollgate/pkg/override/statefile"
 	"github.com/tollgatehq/tollgate/pkg/store/memory"
+	"github.com/tollgatehq/tollgate/pkg/top"
 )
 
 const rules = `domain: api
@@ -90,6 +91,10 @@ func newServerShowing(t *testing.T, values descriptor.ValueView) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rec, err := top.New(top.Options{Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
 	lim, err := limiter.New(limiter.Options{
 		Store:       memory.New(memory.Options{Now: clock}),
 		Tree:        func() *descriptor.Tree { return tree },
@@ -97,6 +102,7 @@ func newServerShowing(t *testing.T, values descriptor.ValueView) *server {
 		HeaderStyle: limiter.HeadersXRateLimit,
 		Now:         clock,
 		Logger:      logger,
+		Observer:    topObserver{rec},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +120,7 @@ func newServerShowing(t *testing.T, values descriptor.ValueView) *server {
 	srv.metric = metric
 	adm, err := admin.New(admin.Options{
 		Tokens: tokens, Overrides: registry, Limiter: lim, Resetter: lim, Audit: srv.audit, Now: clock, Logger: logger,
-		MeterProvider: meters, Values: values,
+		MeterProvider: meters, Values: values, Top: rec,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -717,4 +723,12 @@ func TestHashedValues(t *testing.T) {
 			t.Errorf("%s show %s %d times, want the create and the delete at least:\n%s", name, hashed, n, text)
 		}
 	}
+}
+
+// topObserver lets the limiter tell the top summaries about every
+// decision, as the app does.
+type topObserver struct{ rec *top.Recorder }
+
+func (o topObserver) Rule(domain, rule, limit string, lim *descriptor.Limit) limiter.RuleObserver {
+	return o.rec.Rule(domain, rule, limit, lim)
 }

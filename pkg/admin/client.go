@@ -133,6 +133,45 @@ func (c *Client) Audit(ctx context.Context, limit int) (json.RawMessage, error) 
 	return c.do(ctx, http.MethodGet, "/v1/audit", q, nil)
 }
 
+// TopQuery is the query of GET /v1/top. Domain is required; a zero field
+// takes the server's default.
+type TopQuery struct {
+	Domain string
+	// Rule filters by the rule's name or its path as explain prints it.
+	Rule string
+	// By is "rejected" or "requests"; Window is "1m", "5m" or "1h".
+	By, Window string
+	Limit      int
+}
+
+// Top returns the busiest descriptor values of a domain's rules, merged
+// over the fleet.
+func (c *Client) Top(ctx context.Context, q TopQuery) (json.RawMessage, error) {
+	v := url.Values{"domain": {q.Domain}}
+	for name, s := range map[string]string{"rule": q.Rule, "by": q.By, "window": q.Window} {
+		if s != "" {
+			v.Set(name, s)
+		}
+	}
+	if q.Limit > 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	return c.do(ctx, http.MethodGet, "/v1/top", v, nil)
+}
+
+// Rules returns per rule its limit, its rates and its hottest value's
+// share of the limit, of domain and rule, or of all for "".
+func (c *Client) Rules(ctx context.Context, domain, rule string) (json.RawMessage, error) {
+	v := url.Values{}
+	if domain != "" {
+		v.Set("domain", domain)
+	}
+	if rule != "" {
+		v.Set("rule", rule)
+	}
+	return c.do(ctx, http.MethodGet, "/v1/rules", v, nil)
+}
+
 // reasonQuery returns the query that gives reason to the audit, if any.
 func reasonQuery(reason string) url.Values {
 	if reason == "" {

@@ -34,7 +34,9 @@ var fuzzRemote atomic.Uint32
 //     /v1/overrides/{id} as it was answered; its delete (200) removes it;
 //   - GET /v1/overrides?domain= lists only that domain's overrides;
 //   - /v1/remaining answers a CheckResponse, and a reset (200) is audited
-//     with ?reason= exactly as given.
+//     with ?reason= exactly as given;
+//   - GET /v1/top answers 200 or 400 whatever its query, and GET /v1/rules
+//     200.
 func FuzzAdmin(f *testing.F) {
 	const entries = `"domain":"api","entries":[{"key":"api_key","value":"k1"}]`
 	for _, seed := range []struct{ body, domain, limit, reason string }{
@@ -50,6 +52,8 @@ func FuzzAdmin(f *testing.F) {
 		{`{"domain":"api","descriptors":[{"entries":[{"key":"api_key","value":"k1"}]}]}`, "", "1", "quota reset"},
 		{`{"domain":"api","descriptors":[{"entries":[{"key":"api_key","value":"k1"}],"hits":5,"refund":true,"charge":"always"}]}`, "", "", ""},
 		{`{"domain":"api","descriptors":[]}`, "", "", ""},
+		{`{"domain":"api","descriptors":[{"entries":[{"key":"api_key","value":"k1"}]}]}`, "api", "1000", "rejected"},
+		{`{"domain":"api","descriptors":[{"entries":[{"key":"api_key","value":"k1"}]}]}`, "api", "1001", "1h"},
 		{`{"domain":`, "\xff", "+1", "\xff"},
 		{``, "", "", ""},
 	} {
@@ -131,6 +135,16 @@ func FuzzAdmin(f *testing.F) {
 		case http.StatusBadRequest:
 		default:
 			t.Fatalf("POST /v1/reset: %d %s, want 200 or 400", rec.Code, rec.Body)
+		}
+
+		// GET /v1/top and /v1/rules, the fuzzed values as their query:
+		// 200, or 400 with the reason for a query the API refuses.
+		topQuery := url.Values{"domain": {domain}, "limit": {limit}, "by": {reason}, "window": {reason}, "rule": {reason}}
+		if rec := call(http.MethodGet, "/v1/top?"+topQuery.Encode(), nil); rec.Code != http.StatusOK && rec.Code != http.StatusBadRequest {
+			t.Fatalf("GET /v1/top: %d %s, want 200 or 400", rec.Code, rec.Body)
+		}
+		if rec := call(http.MethodGet, withQuery("/v1/rules", "domain", domain), nil); rec.Code != http.StatusOK {
+			t.Fatalf("GET /v1/rules: %d %s, want 200", rec.Code, rec.Body)
 		}
 
 		// GET /v1/audit?limit=.

@@ -11,6 +11,7 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/admin"
 	"github.com/tollgatehq/tollgate/pkg/audit"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
+	"github.com/tollgatehq/tollgate/pkg/ui"
 )
 
 // newAudit returns the audit log the settings ask for: JSON lines appended
@@ -55,10 +56,11 @@ func (a *App) newTokens() (*admin.Tokens, error) {
 	})
 }
 
-// newAdminAPI returns the admin API, or nil (so that no listener opens
-// for it) when no admin token is configured. It needs the limiter and the
-// override registry built.
-func (a *App) newAdminAPI() (*admin.Handler, error) {
+// newAdminAPI returns the admin listener's handler: the admin API and its
+// status page (/ui/). It returns nil (so that no listener opens) when no
+// admin token is configured. It needs the limiter and the override
+// registry built.
+func (a *App) newAdminAPI() (*ui.Handler, error) {
 	if !a.tokens.Enabled() {
 		return nil, nil
 	}
@@ -71,12 +73,42 @@ func (a *App) newAdminAPI() (*admin.Handler, error) {
 		Logger:        a.logger,
 		MeterProvider: a.telemetry.MeterProvider(),
 		Values:        a.settings.Values.view(),
+		RuleHistory:   a.reloader.History,
+		Status:        a.status,
+		Top:           a.top,
 	})
 	if err != nil {
 		return nil, err
 	}
-	a.logger.Info("admin API on", "tls", a.settings.AdminTLS.Cert != "", "tokens", a.tokens.Names())
-	return h, nil
+	page, err := ui.New(ui.Options{API: h})
+	if err != nil {
+		return nil, err
+	}
+	a.logger.Info("admin API on", "tls", a.settings.AdminTLS.Cert != "", "tokens", a.tokens.Names(), "status_page", ui.PagePath)
+	return page, nil
+}
+
+// status answers the admin API's GET /v1/status.
+func (a *App) status() admin.Status {
+	rs := a.reloader.Status()
+	st := admin.Status{
+		Version: a.buildInfo.Version, Store: a.settings.Store, Degraded: a.degraded(),
+		Rules: admin.RulesStatus{
+			Source: a.reloadSource(), Hash: rs.Hash, LoadedAt: rs.LastSuccess,
+			Reloads: rs.Reloads, Failures: rs.Failures,
+		},
+		Overrides: a.overrides.Current().Len(),
+	}
+	if rs.LastError != nil {
+		st.Rules.LastError = rs.LastError.Error()
+	}
+	if a.store.breaker != nil {
+		st.Breaker = a.store.breaker.State().String()
+	}
+	if a.fleet != nil {
+		st.Fleet = &admin.FleetStatus{Subscribed: a.fleet.Subscribed()}
+	}
+	return st
 }
 
 // reloadState is the audit's account of one descriptor configuration.

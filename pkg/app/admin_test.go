@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -14,6 +15,10 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/apptest"
 	"github.com/tollgatehq/tollgate/internal/polltest"
+	"github.com/tollgatehq/tollgate/pkg/admin"
+	"github.com/tollgatehq/tollgate/pkg/descriptor"
+	"github.com/tollgatehq/tollgate/pkg/reload"
+	"github.com/tollgatehq/tollgate/pkg/rlsclient"
 )
 
 // TestAdminTokenRotation edits the running tollgate's token file and
@@ -73,9 +78,10 @@ func TestReloadAudited(t *testing.T) {
 }
 
 // TestAdminListener checks that the admin API has a listener of its own
-// and nothing else does: the public listener answers the admin paths 404
-// with a pointer to it, the admin listener serves no public path, the
-// start-up log names its address, and without a token it does not open.
+// and nothing else does: the public listener answers the admin paths and
+// the status page 404 with a pointer to it, the admin listener serves no
+// public path, the status page loads there without a token, the start-up
+// log names its address, and without a token it does not open.
 func TestAdminListener(t *testing.T) {
 	a := apptest.StartAdmin(t)
 	public, admin := "http://"+a.HTTPAddr, "http://"+a.AdminAddr
@@ -92,10 +98,14 @@ func TestAdminListener(t *testing.T) {
 		{http.MethodGet, admin + "/metrics", http.StatusNotFound},
 		{http.MethodGet, admin + "/healthcheck", http.StatusNotFound},
 		{http.MethodPost, admin + "/v1/check", http.StatusNotFound},
+		{http.MethodGet, public + "/ui/", http.StatusNotFound},
 	} {
 		if got := apptest.Status(t, c.method, c.url, apptest.OpsToken); got != c.want {
 			t.Errorf("%s %s: %d, want %d", c.method, c.url, got, c.want)
 		}
+	}
+	if got := apptest.Status(t, http.MethodGet, admin+"/ui/", ""); got != http.StatusOK {
+		t.Errorf("the status page without a token: %d, want 200 (it holds no data)", got)
 	}
 	resp, err := http.Get(public + "/v1/overrides")
 	if err != nil {
@@ -117,5 +127,131 @@ func TestAdminListener(t *testing.T) {
 	apptest.WriteFile(t, filepath.Join(dir, "api.yaml"), apptest.AdminRules)
 	if off := apptest.Start(t, dir, apptest.Options{}); off.AdminAddr != "" {
 		t.Errorf("without an admin token the admin listener is open on %s", off.AdminAddr)
+	}
+}
+
+// TestAdminStatusAndHistory reads GET /v1/status and /v1/rules/history of
+// a running tollgate, before and after a broken edit of its rules.
+func TestAdminStatusAndHistory(t *testing.T) {
+	a := apptest.StartAdmin(t)
+	get := func(path string, v any) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+a.AdminAddr+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+apptest.OpsToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %s", path, resp.Status)
+		}
+		if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var st admin.Status
+	get("/v1/status", &st)
+	if st.Store != "memory" || st.Breaker != "" || st.Fleet != nil || st.Rules.Source != a.Dir || st.Rules.Hash != a.Reloader().Status().Hash || st.Rules.LastError != "" {
+		t.Errorf("status %+v, want the memory store, no breaker or fleet, and the live rules of %s", st, a.Dir)
+	}
+
+	apptest.WriteFile(t, filepath.Join(a.Dir, "api.yaml"), "domain: api\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if err := a.Reloader().Reload(ctx); err == nil {
+		t.Fatal("the broken edit loaded")
+	}
+	get("/v1/status", &st)
+	if !strings.Contains(st.Rules.LastError, `unknown unit "fortnight"`) || st.Rules.Failures != 1 {
+		t.Errorf("status after a broken edit: %+v, want its error and one failure", st.Rules)
+	}
+	var history struct{ Entries []reload.Event }
+	get("/v1/rules/history", &history)
+	if len(history.Entries) != 2 || !history.Entries[0].Failed() || history.Entries[1].Reason != "initial" || history.Entries[1].Added[0] != "api" {
+		t.Errorf("history %+v, want the failure, then the initial rules adding api", history.Entries)
+	}
+}
+
+// TestAdminTop sends one client past its limit among light ones and reads
+// GET /v1/top and /v1/rules: the heavy client tops its rule by
+// rejections, the rule's hottest ratio says it pushes past the limit, and
+// the metric says so too; a bad query is 400 with the reason.
+func TestAdminTop(t *testing.T) {
+	a := apptest.StartAdmin(t)
+	client, err := rlsclient.Dial(a.GRPCAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	ask := func(key string) {
+		t.Helper()
+		if _, err := client.Query(t.Context(), rlsclient.Request{Domain: "api",
+			Descriptors: [][]descriptor.Entry{{{Key: "api_key", Value: key}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 20 { // 2 a minute each: heavy is rejected 8 times
+		ask(fmt.Sprintf("light-%d", i))
+		if i%2 == 0 {
+			ask("heavy")
+		}
+	}
+	get := func(path string, v any) int {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+a.AdminAddr+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+apptest.OpsToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode
+	}
+	var topAnswer struct {
+		Window, By string
+		Instances  int
+		Entries    []struct {
+			Rule                      string
+			Descriptor                []descriptor.Entry
+			Requests, Rejected, Error uint64
+		}
+	}
+	if code := get("/v1/top?domain=api&window=1m", &topAnswer); code != http.StatusOK || len(topAnswer.Entries) == 0 {
+		t.Fatalf("GET /v1/top: %d, %+v", code, topAnswer)
+	}
+	first := topAnswer.Entries[0]
+	if topAnswer.By != "rejected" || topAnswer.Instances != 1 || first.Descriptor[0].Value != "heavy" || first.Rejected != 8 || first.Requests != 10 {
+		t.Errorf("top: %+v, want heavy first with 8 rejected of 10", topAnswer)
+	}
+	var rules struct {
+		Rules []struct {
+			Rule, Unit      string
+			RequestsPerUnit uint32  `json:"requests_per_unit"`
+			Ratio           float64 `json:"hottest_ratio"`
+			Hottest         []descriptor.Entry
+		}
+	}
+	if code := get("/v1/rules?domain=api", &rules); code != http.StatusOK || len(rules.Rules) != 1 {
+		t.Fatalf("GET /v1/rules: %d, %+v", code, rules)
+	}
+	if r := rules.Rules[0]; r.Unit != "minute" || r.RequestsPerUnit != 2 || r.Ratio != 5 || r.Hottest[0].Value != "heavy" {
+		t.Errorf("rules: %+v, want 2 a minute, the hottest heavy at 5 times the limit", r)
+	}
+	if m := apptest.Get(t, "http://"+a.HTTPAddr+"/metrics"); !strings.Contains(m, `tollgate_rule_hottest_ratio{domain="api",rule="api_key"} 5`) {
+		t.Errorf("/metrics has no hottest ratio of 5 for api_key")
+	}
+	var bad struct{ Error string }
+	if code := get("/v1/top?window=2m", &bad); code != http.StatusBadRequest || !strings.Contains(bad.Error, "domain: required") || !strings.Contains(bad.Error, "window:") {
+		t.Errorf("a bad query: %d %q, want 400 naming domain and window", code, bad.Error)
 	}
 }

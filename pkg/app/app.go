@@ -36,6 +36,8 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/store/memory"
 	"github.com/tollgatehq/tollgate/pkg/telemetry"
 	"github.com/tollgatehq/tollgate/pkg/tlsfiles"
+	"github.com/tollgatehq/tollgate/pkg/top"
+	topredis "github.com/tollgatehq/tollgate/pkg/top/redis"
 	"github.com/tollgatehq/tollgate/pkg/version"
 	"github.com/tollgatehq/tollgate/pkg/xds"
 )
@@ -82,6 +84,11 @@ type App struct {
 	// events forgets local state when rules, overrides or counters
 	// change, here or on other instances (overrides.go).
 	events *fleet.Handler
+
+	// top keeps the heavy-hitter summaries (top.go), nil while they are
+	// off; topFleet shares them through Redis, nil with the memory store.
+	top      *top.Recorder
+	topFleet *topredis.Fleet
 
 	// audit records admin changes and reloads; auditedTree is the tree
 	// the audit last saw, which only treeChanged touches after build.
@@ -165,6 +172,9 @@ func (a *App) build(ctx context.Context) error {
 	if err := a.newOverrides(ctx, meters); err != nil {
 		return err
 	}
+	if err := a.newTop(); err != nil {
+		return err
+	}
 
 	opts := limiter.Options{
 		Store:              a.store.Store(),
@@ -184,6 +194,9 @@ func (a *App) build(ctx context.Context) error {
 		Logger:             a.logger,
 		MeterProvider:      meters,
 		TracerProvider:     tracer,
+	}
+	if a.top != nil {
+		opts.Observer = topObserver{rec: a.top}
 	}
 	if a.store.Remote() {
 		// Only a remote store waits, fails and needs a fallback.
@@ -490,6 +503,9 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	wg.Go(func() { a.store.probe(ctx, a.settings.Failure.BreakerOpenTime, a.settings.Failure.StoreTimeout) })
 	a.runOverrides(ctx, &wg)
+	if a.topFleet != nil {
+		wg.Go(func() { a.topFleet.Run(ctx, a.top) })
+	}
 
 	addrs := a.Addrs()
 	a.logger.Info("tollgate serving", "version", a.buildInfo.Version, "grpc", addrs.GRPC, "http", addrs.HTTP, "admin", addrs.Admin, "debug", addrs.Debug,

@@ -23,6 +23,8 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/signature"
 	"github.com/tollgatehq/tollgate/pkg/store/redis"
 	"github.com/tollgatehq/tollgate/pkg/telemetry"
+	"github.com/tollgatehq/tollgate/pkg/top"
+	topredis "github.com/tollgatehq/tollgate/pkg/top/redis"
 )
 
 // The groups of Settings, in the order of serve's help. Each declares
@@ -577,6 +579,33 @@ func (l LimitSettings) validate() []error {
 		count{"memory-max-keys", l.MemoryMaxKeys}, count{"max-descriptors", l.MaxDescriptors}, count{"max-entries", l.MaxEntries},
 		count{"max-key-length", l.MaxKeyLen}, count{"max-value-length", l.MaxValueLen},
 		count{"max-hits", l.MaxHits}, count{"max-patterns", l.MaxPatterns})
+}
+
+// TopSettings size the heavy-hitter summaries behind the admin API's
+// top clients and rule rates (package top), and how often an instance
+// shares its own with the fleet through Redis.
+type TopSettings struct {
+	// Capacity is K, the counters of each summary; 0 turns them off.
+	Capacity int `mapstructure:"top-capacity"`
+	// Publish is how often an instance publishes its summaries to Redis;
+	// they live three times as long.
+	Publish time.Duration `mapstructure:"top-publish-interval"`
+}
+
+func (TopSettings) flags(fs *pflag.FlagSet) {
+	fs.Int("top-capacity", top.DefaultCapacity, "counters per rule and interval of the top-clients summaries: every value with more than 1/N of a rule's decisions is named, counts overstated by at most 1/N of them (0: off)")
+	fs.Duration("top-publish-interval", topredis.DefaultInterval, "redis: how often an instance shares its top-clients summaries with the fleet; one that stops drops out after three times this")
+}
+
+func (t TopSettings) validate() []error {
+	var errs []error
+	if t.Capacity < 0 || t.Capacity > top.MaxCapacity {
+		errs = append(errs, fmt.Errorf("top-capacity: must be between 0 (off) and %d, got %d", top.MaxCapacity, t.Capacity))
+	}
+	if t.Publish <= 0 {
+		errs = append(errs, fmt.Errorf("top-publish-interval: must be positive, got %v", t.Publish))
+	}
+	return errs
 }
 
 // count is a setting that counts something, by its flag's name.

@@ -111,6 +111,18 @@ func TestSettingsPrecedence(t *testing.T) {
 			},
 		},
 		{
+			name: "top summaries: on by default",
+			want: func(s Settings) string {
+				return expect(s.Top.Capacity == 64 && s.Top.Publish == 5*time.Second, s)
+			},
+		},
+		{
+			name: "top summaries from the environment and a flag",
+			args: []string{"--top-capacity", "0"},
+			env:  map[string]string{"TOLLGATE_TOP_CAPACITY": "128", "TOLLGATE_TOP_PUBLISH_INTERVAL": "2s"},
+			want: func(s Settings) string { return expect(s.Top.Capacity == 0 && s.Top.Publish == 2*time.Second, s) },
+		},
+		{
 			name: "flag over environment",
 			args: []string{"--settings", file, "--grpc-addr", "127.0.0.1:1003", "--memory-max-keys", "5"},
 			env:  map[string]string{"TOLLGATE_GRPC_ADDR": "127.0.0.1:1002", "TOLLGATE_MEMORY_MAX_KEYS": "7"},
@@ -278,6 +290,9 @@ func TestSettingsErrors(t *testing.T) {
 		{[]string{"--local-fallback-max-keys", "-1"}, `local-fallback-max-keys: must be positive, got -1`},
 		{[]string{"--max-hits", "0"}, `max-hits: must be positive, got 0`},
 		{[]string{"--max-patterns", "0"}, `max-patterns: must be positive, got 0`},
+		{[]string{"--top-capacity", "-1"}, `top-capacity: must be between 0 (off) and 65536, got -1`},
+		{[]string{"--top-capacity", "65537"}, `top-capacity: must be between 0 (off) and 65536, got 65537`},
+		{[]string{"--top-publish-interval", "0s"}, `top-publish-interval: must be positive, got 0s`},
 		{[]string{"--tracing-endpoint", "collector:4317"}, `tracing-endpoint: want an http:// or https:// URL such as http://otel-collector:4317, got "collector:4317"`},
 		{[]string{"--tracing-endpoint", "grpc://collector:4317"}, `tracing-endpoint: want an http:// or https:// URL such as http://otel-collector:4317, got "grpc://collector:4317"`},
 		{[]string{"--tracing-sample-ratio", "1.5"}, `tracing-sample-ratio: must be between 0 and 1, got 1.5`},

@@ -92,8 +92,9 @@ func (c cli) adminCall(cmd *cobra.Command, f *adminFlags, call func(context.Cont
 func newAdminCommand(c cli) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "admin",
-		Short: "Call a running tollgate's admin API: overrides, remaining, reset, audit",
-		Long: `Call the admin API of a running tollgate over HTTP and print its JSON answer.
+		Short: "Call a running tollgate's admin API: overrides, remaining, reset, audit, top",
+		Long: `Call the admin API of a running tollgate over HTTP and print its JSON answer
+(admin top prints a table unless --json).
 The admin API is on when tollgate has an admin token (--admin-token-file or
 TOLLGATE_ADMIN_TOKEN), on its own listener (--admin-addr, 127.0.0.1:8082 by
 default); these commands present a token, from --token-file or
@@ -102,7 +103,7 @@ TOLLGATE_ADMIN_TOKEN, and --tls-* reach a listener served over TLS.`,
 	}
 	var f adminFlags
 	f.register(cmd.PersistentFlags())
-	cmd.AddCommand(newAdminOverridesCommand(c, &f), newAdminRemainingCommand(c, &f), newAdminResetCommand(c, &f), newAdminAuditCommand(c, &f))
+	cmd.AddCommand(newAdminOverridesCommand(c, &f), newAdminRemainingCommand(c, &f), newAdminResetCommand(c, &f), newAdminAuditCommand(c, &f), newAdminTopCommand(c, &f))
 	return cmd
 }
 

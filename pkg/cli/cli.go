@@ -120,6 +120,7 @@ serve would.`,
 		newSchemaCommand(c),
 		newHealthCommand(c),
 		newAdminCommand(c),
+		newTopCommand(c),
 		newVersionCommand(c, info),
 	)
 	return root

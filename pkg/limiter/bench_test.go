@@ -5,6 +5,9 @@ import (
 	"testing"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/tollgatehq/tollgate/pkg/descriptor"
+	"github.com/tollgatehq/tollgate/pkg/top"
 )
 
 const benchYAML = `
@@ -33,6 +36,10 @@ descriptors:
       penalty: {tolerance: 3, cooldown: 10s, factor: 2, max: 15m, forgive_after: 1h}
 `
 
+// BenchmarkCheck decides requests against the memory store, each case
+// with the heavy-hitter summaries of package top observing and without,
+// one after the other, so that their ratio is measured under the same
+// conditions.
 func BenchmarkCheck(b *testing.B) {
 	cases := []struct {
 		name string
@@ -44,25 +51,51 @@ func BenchmarkCheck(b *testing.B) {
 		{"one descriptor with a penalty", req("api", d("client=c1")), benchPenaltyYAML},
 	}
 	for _, bc := range cases {
-		b.Run(bc.name, func(b *testing.B) {
-			// As the app runs it: an override registry, here holding none.
-			ovs := &overrides{}
-			yaml := benchYAML
-			if bc.yaml != "" {
-				yaml = bc.yaml
+		for _, observe := range []bool{false, true} {
+			name := bc.name + "/observer=off"
+			if observe {
+				name = bc.name + "/observer=on"
 			}
-			f := newFixture(b, yaml, func(o *Options) { o.Overrides = ovs.current })
-			f.store.inner, f.lim.store = nil, f.store.inner // count without recording
-			ctx := context.Background()
-			b.ReportAllocs()
-			for b.Loop() {
-				resp, err := f.lim.Check(ctx, bc.req)
-				if err != nil || resp.Code != OK {
-					b.Fatalf("Check = %+v, %v", resp, err)
+			b.Run(name, func(b *testing.B) {
+				// As the app runs it: an override registry, here holding none.
+				ovs := &overrides{}
+				yaml := benchYAML
+				if bc.yaml != "" {
+					yaml = bc.yaml
 				}
-			}
-		})
+				f := newFixture(b, yaml, func(o *Options) {
+					o.Overrides = ovs.current
+					if observe {
+						o.Observer = newTopObserver(b)
+					}
+				})
+				f.store.inner, f.lim.store = nil, f.store.inner // count without recording
+				ctx := context.Background()
+				b.ReportAllocs()
+				for b.Loop() {
+					resp, err := f.lim.Check(ctx, bc.req)
+					if err != nil || resp.Code != OK {
+						b.Fatalf("Check = %+v, %v", resp, err)
+					}
+				}
+			})
+		}
 	}
+}
+
+// topObserver observes with package top's recorder, as the app does.
+type topObserver struct{ rec *top.Recorder }
+
+func newTopObserver(tb testing.TB) topObserver {
+	rec, err := top.New(top.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return topObserver{rec: rec}
+}
+
+func (o topObserver) Rule(domain, rule, limit string, lim *descriptor.Limit) RuleObserver {
+	return o.rec.Rule(domain, rule, limit, lim)
 }
 
 // BenchmarkCheckTraced is BenchmarkCheck's first case with every decision

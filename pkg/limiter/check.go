@@ -211,7 +211,11 @@ func (l *Limiter) CheckInto(ctx context.Context, req *Request, resp *Response) (
 		if label == nil {
 			label = out.Limit
 		}
-		l.metrics.decisions.Add(ctx, 1, labels.options(req.Domain, dom, st, label, result)...)
+		ls := labels.set(req.Domain, dom, st, label)
+		l.metrics.decisions.Add(ctx, 1, ls.opts[result]...)
+		if l.observer != nil && st.kind == kindCounted {
+			l.observe(s, req, i, labels, ls, dom, start, out.Code == OverLimit || result == resultShadowOverLimit)
+		}
 		if tr != nil {
 			tr.record(l, st, label, result, storeErr != nil)
 		}

@@ -110,6 +110,9 @@ type Options struct {
 	// store has cleared them, so that other instances can be told; nil
 	// tells no one. The counters are the caller's to keep.
 	OnReset func(ctx context.Context, counters []store.Hit)
+	// Observer hears every descriptor decided by a limit or an override
+	// (see Observer); nil hears none, at no cost.
+	Observer Observer
 }
 
 // Limiter decides rate-limit requests. It is safe for concurrent use.
@@ -133,6 +136,7 @@ type Limiter struct {
 	metrics       *metrics
 	tracer        trace.Tracer // nil: no spans
 	onReset       func(context.Context, []store.Hit)
+	observer      Observer // nil: none
 
 	// labels caches metric attribute sets for the current tree.
 	labels atomic.Pointer[labelCache]
@@ -204,9 +208,10 @@ func New(opts Options) (*Limiter, error) {
 			valueLen:    orDefault(opts.MaxValueLen, DefaultMaxValueLen),
 			hits:        orDefault(opts.MaxHits, DefaultMaxHits),
 		},
-		now:     opts.Now,
-		log:     opts.Logger,
-		onReset: opts.OnReset,
+		now:      opts.Now,
+		log:      opts.Logger,
+		onReset:  opts.OnReset,
+		observer: opts.Observer,
 	}
 	if l.margin == 0 {
 		l.margin = DefaultDeadlineMargin

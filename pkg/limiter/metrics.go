@@ -125,6 +125,9 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 type labelSet struct {
 	opts      [numResults][]metric.AddOption
 	pastLimit []metric.AddOption
+	// obs hears the decisions of the identity, when an Observer is set
+	// and the identity is a limit's or an override's.
+	obs RuleObserver
 }
 
 func newLabelSet(domain, rule, limit string) *labelSet {
@@ -152,6 +155,9 @@ type labelCache struct {
 	tree *descriptor.Tree
 	sets sync.Map // key: *descriptor.Limit, *descriptor.Rule, *descriptor.Domain or an override key
 	n    atomic.Int64
+	// observer, if not nil, gives the label sets of limits and
+	// overrides their RuleObserver.
+	observer Observer
 }
 
 // The cache keys of override decisions: the rule matched, or the domain.
@@ -167,7 +173,7 @@ func (l *Limiter) labelsFor(tree *descriptor.Tree) *labelCache {
 	if c != nil && c.tree == tree {
 		return c
 	}
-	nc := &labelCache{tree: tree}
+	nc := &labelCache{tree: tree, observer: l.observer}
 	if l.labels.CompareAndSwap(c, nc) {
 		return nc
 	}
@@ -177,24 +183,20 @@ func (l *Limiter) labelsFor(tree *descriptor.Tree) *labelCache {
 	return nc
 }
 
-// options returns the measurement options for a descriptor of domain that
-// resolved to rule and, when counted, was reported against lim.
-func (c *labelCache) options(domain string, dom *descriptor.Domain, st *descState, lim *descriptor.Limit, r result) []metric.AddOption {
-	return c.set(domain, dom, st, lim).opts[r]
-}
-
 // set returns the label set of a descriptor of domain that resolved to
 // st.rule and, when counted, was reported against lim.
 func (c *labelCache) set(domain string, dom *descriptor.Domain, st *descState, lim *descriptor.Limit) *labelSet {
 	var key any
 	var rule, name string
+	observed := false             // a limit's or an override's identity
+	var decides *descriptor.Limit // the limit of the identity, nil for an override
 	switch {
 	case (st.override || st.admin != nil) && st.rule != nil:
-		key, rule, name = overrideRuleKey{st.rule}, st.rule.Path, overrideLimit
+		key, rule, name, observed = overrideRuleKey{st.rule}, st.rule.Path, overrideLimit, true
 	case st.override:
-		key, name = overrideDomainKey{dom}, overrideLimit
+		key, name, observed = overrideDomainKey{dom}, overrideLimit, true
 	case lim != nil:
-		key, rule, name = lim, st.rule.Path, lim.Name
+		key, rule, name, observed, decides = lim, st.rule.Path, lim.Name, true, lim
 	case st.rule != nil:
 		key, rule = st.rule, st.rule.Path
 	default:
@@ -204,6 +206,9 @@ func (c *labelCache) set(domain string, dom *descriptor.Domain, st *descState, l
 		return v.(*labelSet)
 	}
 	ls := newLabelSet(domain, rule, name)
+	if observed && c.observer != nil {
+		ls.obs = c.observer.Rule(domain, rule, name, decides)
+	}
 	if c.n.Load() < maxLabelSets {
 		if v, loaded := c.sets.LoadOrStore(key, ls); loaded {
 			ls = v.(*labelSet)

@@ -3,11 +3,14 @@ package reload_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"testing/fstest"
+	"time"
 
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/reload"
@@ -140,5 +143,64 @@ func TestOnChangeNotForTheInitialTree(t *testing.T) {
 	}
 	if calls != 1 {
 		t.Fatalf("OnChange called %d times after a change, want 1", calls)
+	}
+}
+
+// TestHistory applies rule sets and failures and checks the history: the
+// sets that became live with their per-domain diff, each distinct
+// failure with its errors and repeats, newest first, at most History.
+func TestHistory(t *testing.T) {
+	clock := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	r, err := reload.New(reload.Options{Source: "xds", History: 4, Now: func() time.Time { clock = clock.Add(time.Second); return clock }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := func(domains ...string) func() (*descriptor.Tree, error) {
+		fs := fstest.MapFS{}
+		for _, d := range domains {
+			name, limit, _ := strings.Cut(d, "=")
+			fs["xds/"+name+".yaml"] = &fstest.MapFile{Data: []byte("domain: " + name + "\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: " + limit + "}\n")}
+		}
+		return func() (*descriptor.Tree, error) { return descriptor.LoadFS(fs, descriptor.Options{}) }
+	}
+	broken := treeOf("xds/a.yaml", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
+	steps := []struct {
+		reason string
+		load   func() (*descriptor.Tree, error)
+	}{
+		{"v1", rules("a=1", "b=1")},
+		{"v2", rules("a=2", "c=1")},
+		{"v2 again", rules("a=2", "c=1")}, // unchanged: no entry
+		{"v3", broken},
+		{"v4", broken}, // the same failure: a repeat
+		{"v5", rules("a=2")},
+	}
+	for _, s := range steps {
+		_ = r.Apply(s.reason, s.load)
+	}
+	got := r.History()
+	summary := make([]string, len(got))
+	for i, e := range got {
+		summary[i] = fmt.Sprintf("%s %s +%v -%v ~%v errors=%d repeats=%d prev=%t", e.Reason, e.Source, e.Added, e.Removed, e.Changed, len(e.Errors), e.Repeats, e.Previous != "")
+	}
+	want := []string{
+		"v5 xds +[] -[c] ~[] errors=0 repeats=0 prev=true",
+		"v3 xds +[] -[] ~[] errors=1 repeats=1 prev=false",
+		"v2 xds +[c] -[b] ~[a] errors=0 repeats=0 prev=true",
+		"v1 xds +[a b] -[] ~[] errors=0 repeats=0 prev=false",
+	}
+	if !slices.Equal(summary, want) {
+		t.Fatalf("history:\n%s\nwant:\n%s", strings.Join(summary, "\n"), strings.Join(want, "\n"))
+	}
+	if !got[1].Failed() || !strings.Contains(got[1].Errors[0], `unknown unit "fortnight"`) || got[1].Hash != got[2].Hash {
+		t.Errorf("the failure %+v does not name its error and the hash that stayed live", got[1])
+	}
+	if !got[3].Time.Before(got[2].Time) {
+		t.Errorf("times %v, %v are not in order", got[3].Time, got[2].Time)
+	}
+	// One more entry pushes the oldest out.
+	_ = r.Apply("v6", rules("d=1"))
+	if got := r.History(); len(got) != 4 || got[0].Reason != "v6" || got[3].Reason != "v2" {
+		t.Fatalf("after a fifth entry the history is %d long, from %s to %s; want 4, v6 to v2", len(got), got[0].Reason, got[len(got)-1].Reason)
 	}
 }

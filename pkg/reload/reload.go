@@ -91,7 +91,41 @@ type Options struct {
 	// reload returns. The app uses it to forget state kept for the old
 	// rules.
 	OnChange func(*descriptor.Tree)
+	// History is how many events History keeps; 0 means DefaultHistory.
+	History int
 }
+
+// DefaultHistory is how many events History keeps when Options.History is
+// zero.
+const DefaultHistory = 20
+
+// Event is one entry of the history: a rule set that became live, or a
+// reload that failed.
+type Event struct {
+	Time time.Time `json:"time"`
+	// Source is where the rules come from: the directory, or the owner's
+	// source (such as "xds"); Reason is what asked for the load ("initial",
+	// "file change", "SIGHUP", "xds version 7").
+	Source string `json:"source"`
+	Reason string `json:"reason"`
+	// Hash is the rule set's, and Previous the one it replaced ("" for the
+	// first); for a failure, Hash is the one that stayed live.
+	Hash     string `json:"hash"`
+	Previous string `json:"previous,omitempty"`
+	// Added, Removed and Changed name the domains that differ from the
+	// previous rule set.
+	Added   []string `json:"added,omitempty"`
+	Removed []string `json:"removed,omitempty"`
+	Changed []string `json:"changed,omitempty"`
+	// Errors are a failed reload's errors, one a line, each naming its
+	// file, line and descriptor path; none for a rule set that loaded.
+	Errors []string `json:"errors,omitempty"`
+	// Repeats counts the failures identical to this one that followed it.
+	Repeats int `json:"repeats,omitempty"`
+}
+
+// Failed reports whether e is a failed reload.
+func (e Event) Failed() bool { return len(e.Errors) > 0 }
 
 // Status describes the outcome of the reloads so far.
 type Status struct {
@@ -136,6 +170,9 @@ type Reloader struct {
 
 	mu     sync.Mutex
 	status Status
+	// history keeps the latest events, oldest first, at most historySize.
+	history     []Event
+	historySize int
 	// lastFailure is the text of the latest failure, so that a failure
 	// repeating itself is not logged in full again.
 	lastFailure string
@@ -147,16 +184,17 @@ type Reloader struct {
 // nothing and serves opts.Initial.
 func New(opts Options) (*Reloader, error) {
 	r := &Reloader{
-		dir:      opts.Dir,
-		source:   opts.Dir,
-		load:     opts.Load,
-		onChange: opts.OnChange,
-		debounce: opts.Debounce,
-		log:      opts.Logger,
-		now:      opts.Now,
-		trigger:  make(chan struct{}, 1),
-		requests: make(chan chan error),
-		stopped:  make(chan struct{}),
+		dir:         opts.Dir,
+		source:      opts.Dir,
+		load:        opts.Load,
+		onChange:    opts.OnChange,
+		debounce:    opts.Debounce,
+		historySize: cmp.Or(opts.History, DefaultHistory),
+		log:         opts.Logger,
+		now:         opts.Now,
+		trigger:     make(chan struct{}, 1),
+		requests:    make(chan chan error),
+		stopped:     make(chan struct{}),
 	}
 	if r.load == nil {
 		r.load = func(dir string) (*descriptor.Tree, error) {
@@ -296,6 +334,14 @@ func (r *Reloader) applyWith(reason string, load func() (*descriptor.Tree, error
 	r.status.LastError = nil
 	r.status.Reloads++
 	r.lastFailure = ""
+	if changed {
+		e := Event{Time: r.status.LastSuccess, Source: r.source, Reason: reason, Hash: hash}
+		if old != nil {
+			e.Previous = old.Hash()
+		}
+		e.Added, e.Removed, e.Changed = descriptor.DiffDomains(old, tree)
+		r.remember(e)
+	}
 	r.mu.Unlock()
 	r.metrics.success()
 	if changed && (old != nil || r.dir == "") && r.onChange != nil {
@@ -342,6 +388,11 @@ func (r *Reloader) recordFailure(reason string, err, cause error) {
 	repeated := text == r.lastFailure
 	r.lastFailure = text
 	live := r.status.Hash
+	if n := len(r.history); repeated && n > 0 && r.history[n-1].Failed() {
+		r.history[n-1].Repeats++
+	} else {
+		r.remember(Event{Time: r.now(), Source: r.source, Reason: reason, Hash: live, Errors: errorLines(cause)})
+	}
 	r.mu.Unlock()
 	r.metrics.failure()
 
@@ -358,6 +409,28 @@ func (r *Reloader) recordFailure(reason string, err, cause error) {
 	r.log.Error("descriptor configuration rejected; previous tree stays live",
 		slog.String("reason", reason), slog.String("live_hash", live),
 		slog.Int("error_count", len(msgs)), slog.Any("errors", msgs))
+}
+
+// remember appends e to the history, dropping the oldest beyond its size.
+// r.mu must be held.
+func (r *Reloader) remember(e Event) {
+	if len(r.history) == r.historySize {
+		r.history = append(r.history[:0], r.history[1:]...)
+	}
+	r.history = append(r.history, e)
+}
+
+// History returns the latest events, newest first: the rule sets that
+// became live (the first included) and the failed reloads, a failure
+// repeating itself counted in Repeats.
+func (r *Reloader) History() []Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]Event, len(r.history))
+	for i, e := range r.history {
+		out[len(out)-1-i] = e
+	}
+	return out
 }
 
 // errorLines splits err into its lines: errors.Join separates the errors
