@@ -1,6 +1,7 @@
 package apptest
 
 import (
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -109,5 +110,25 @@ func Send(t testing.TB, method, url, token, body string) int {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// GetJSON gets url presenting token, decodes its JSON answer into v and
+// returns the status code; a call or an answer that fails fails the test.
+func GetJSON(t testing.TB, url, token string, v any) int {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("GET %s: %s: %v", url, resp.Status, err)
+	}
 	return resp.StatusCode
 }

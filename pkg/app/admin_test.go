@@ -136,21 +136,8 @@ func TestAdminStatusAndHistory(t *testing.T) {
 	a := apptest.StartAdmin(t)
 	get := func(path string, v any) {
 		t.Helper()
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+a.AdminAddr+path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+apptest.OpsToken)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("GET %s: %s", path, resp.Status)
-		}
-		if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
-			t.Fatal(err)
+		if code := apptest.GetJSON(t, "http://"+a.AdminAddr+path, apptest.OpsToken, v); code != http.StatusOK {
+			t.Fatalf("GET %s: %d", path, code)
 		}
 	}
 	var st admin.Status
@@ -202,20 +189,7 @@ func TestAdminTop(t *testing.T) {
 	}
 	get := func(path string, v any) int {
 		t.Helper()
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+a.AdminAddr+path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+apptest.OpsToken)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
-			t.Fatal(err)
-		}
-		return resp.StatusCode
+		return apptest.GetJSON(t, "http://"+a.AdminAddr+path, apptest.OpsToken, v)
 	}
 	var topAnswer struct {
 		Window, By string

@@ -1,7 +1,6 @@
 package app_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -194,22 +193,9 @@ func apiCalls(requests []browsertest.Request) []string {
 // listOverrides returns the live overrides of the admin API at base.
 func listOverrides(t *testing.T, base string) []override.Override {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+"/v1/overrides", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+apptest.OpsToken)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
 	var out struct{ Overrides []override.Override }
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /v1/overrides: %s", resp.Status)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		t.Fatal(err)
+	if code := apptest.GetJSON(t, base+"/v1/overrides", apptest.OpsToken, &out); code != http.StatusOK {
+		t.Fatalf("GET /v1/overrides: %d", code)
 	}
 	return out.Overrides
 }
