@@ -622,6 +622,9 @@ type RecordSettings struct {
 	Key string `mapstructure:"record-key"`
 	// MaxBytes bounds the file before it rotates to FILE.1.
 	MaxBytes int64 `mapstructure:"record-max-bytes"`
+	// OnStart starts recording when the process starts; else only the
+	// admin API does.
+	OnStart bool `mapstructure:"record-on-start"`
 }
 
 func (RecordSettings) flags(fs *pflag.FlagSet) {
@@ -629,6 +632,7 @@ func (RecordSettings) flags(fs *pflag.FlagSet) {
 	fs.Float64("record-sample", 1, "share of clients recorded, in (0, 1]: a hash of the client's value decides, so a sampled client's calls are recorded whole")
 	fs.String("record-key", "", "the descriptor entry key whose value names the client for --record-sample (empty: each domain's shard_by key, else the first entry)")
 	fs.Int64("record-max-bytes", record.DefaultMaxBytes, "size at which the recording file is renamed to FILE.1, replacing the previous one, and a new file begins")
+	fs.Bool("record-on-start", true, "with --record-file, record from the start; false: only when the admin API starts a recording (POST /v1/record)")
 }
 
 func (r RecordSettings) validate() []error {

@@ -7,9 +7,9 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/record"
 )
 
-// newRecorder builds the traffic recorder when --record-file is set, and
-// starts recording into it at once, for as long as the process runs or
-// until the admin API stops it. It needs the rules and the overrides
+// newRecorder builds the traffic recorder when --record-file is set and,
+// unless --record-on-start is false, starts recording into it at once,
+// for as long as the process runs or until the admin API stops it. It needs the rules and the overrides
 // built; the recorder is closed, its last lines written, with the app.
 func (a *App) newRecorder() error {
 	s := a.settings.Record
@@ -19,6 +19,7 @@ func (a *App) newRecorder() error {
 	rec, err := record.New(record.Options{
 		Path:          s.File,
 		Key:           s.Key,
+		Sample:        s.Sample,
 		MaxBytes:      s.MaxBytes,
 		Header:        a.recordHeader,
 		Logger:        a.logger,
@@ -27,11 +28,14 @@ func (a *App) newRecorder() error {
 	if err != nil {
 		return err
 	}
-	if err := rec.Start(record.Span{Sample: s.Sample}); err != nil {
-		return err
-	}
 	a.recorder = rec
 	a.closers = append(a.closers, func() error { rec.Close(); return nil })
+	if !s.OnStart {
+		return nil
+	}
+	if err := rec.Start(record.Span{}); err != nil {
+		return err
+	}
 	a.logger.Warn("recording every decided call of the sampled clients, descriptor values included", "file", s.File, "sample", s.Sample)
 	return nil
 }

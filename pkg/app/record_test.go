@@ -6,11 +6,14 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/tollgatehq/tollgate/internal/apptest"
+	"github.com/tollgatehq/tollgate/internal/polltest"
 	"github.com/tollgatehq/tollgate/pkg/app"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/record"
@@ -161,5 +164,111 @@ func TestRecordSamplesWholeClients(t *testing.T) {
 	}
 	if len(per) == 0 || len(per) == tenants {
 		t.Fatalf("%d of %d clients recorded at sample 0.5", len(per), tenants)
+	}
+}
+
+func TestRecordThroughAdminAPI(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "calls.jsonl")
+	a := apptest.StartAdmin(t, func(s *app.Settings) { s.Record.File, s.Record.OnStart = path, false })
+	url := "http://" + a.AdminAddr + "/v1/record"
+	var st record.Status
+	if code := apptest.GetJSON(t, url, apptest.OpsToken, &st); code != 200 || st.On {
+		t.Fatalf("GET before a recording: %d %+v, want 200 and off", code, st)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a file before any recording: %v", err)
+	}
+	if code := apptest.Send(t, "POST", url, apptest.OpsToken, `{"duration":"10m","sample":1,"reason":"try a limit"}`); code != 201 {
+		t.Fatalf("POST: %d, want 201", code)
+	}
+	if code := apptest.Send(t, "POST", url, apptest.OpsToken, `{"duration":"10m"}`); code != 409 {
+		t.Fatalf("a second POST: %d, want 409", code)
+	}
+	if code := apptest.GetJSON(t, url, apptest.OpsToken, &st); code != 200 || !st.On || st.Until == nil || st.File != path {
+		t.Fatalf("GET while recording: %d %+v", code, st)
+	}
+	if code := apptest.Send(t, "POST", "http://"+a.AdminAddr+"/v1/overrides", apptest.OpsToken,
+		`{"domain":"api","entries":[{"key":"api_key","value":"k1"}],"multiplier":2,"expires_in":"1h"}`); code != 201 {
+		t.Fatalf("creating an override: %d", code)
+	}
+	client, err := rlsclient.Dial(a.GRPCAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	for range 5 {
+		if _, err := client.Query(t.Context(), rlsclient.Request{Domain: "api", Descriptors: [][]descriptor.Entry{{{Key: "api_key", Value: "k1"}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code := apptest.Send(t, "DELETE", url+"?reason=enough", apptest.OpsToken, ""); code != 200 {
+		t.Fatalf("DELETE: %d, want 200", code)
+	}
+	if code := apptest.Send(t, "DELETE", url, apptest.OpsToken, ""); code != 404 {
+		t.Fatalf("a second DELETE: %d, want 404", code)
+	}
+	if code := apptest.GetJSON(t, url, apptest.OpsToken, &st); code != 200 || st.On || st.Lines != 6 || st.Dropped != 0 {
+		t.Fatalf("GET after the stop: %d %+v, want off with 6 lines (5 calls and the override)", code, st)
+	}
+
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rd := record.NewReader(f)
+	var calls, overrides int
+	for {
+		l, err := rd.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case l.Call != nil:
+			calls++
+			// 2 a minute, doubled by the override: 4 admitted.
+			if want := map[bool]string{true: "OK", false: "OVER_LIMIT"}[calls <= 4]; l.Call.Descriptors[0].Code != want {
+				t.Errorf("call %d recorded %s, want %s", calls, l.Call.Descriptors[0].Code, want)
+			}
+		case l.Override != nil:
+			overrides++
+			if l.Override.Change != record.ChangeCreated || calls != 0 {
+				t.Errorf("override line %+v after %d calls, want created before them", l.Override, calls)
+			}
+		}
+	}
+	if calls != 5 || overrides != 1 || rd.Header().Sample != 1 {
+		t.Fatalf("%d calls and %d overrides recorded, header %+v", calls, overrides, rd.Header())
+	}
+	audit, err := os.ReadFile(a.AuditFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"action":"record.start"`, `"reason":"try a limit"`, `"action":"record.stop"`, `"reason":"enough"`} {
+		if !strings.Contains(string(audit), want) {
+			t.Errorf("the audit log lacks %s:\n%s", want, audit)
+		}
+	}
+
+	// A span ends by itself.
+	if code := apptest.Send(t, "POST", url, apptest.OpsToken, `{"duration":"1ms"}`); code != 201 {
+		t.Fatalf("POST of a short span: %d, want 201", code)
+	}
+	polltest.Eventually(t, 5*time.Second, func() bool {
+		apptest.GetJSON(t, url, apptest.OpsToken, &st)
+		return !st.On
+	}, "the recording did not end with its span")
+	if prev, err := os.Stat(path + ".1"); err != nil || prev.Size() == 0 {
+		t.Fatalf("the previous recording was not kept as .1: %v", err)
+	}
+}
+
+func TestRecordNeedsAFile(t *testing.T) {
+	a := apptest.StartAdmin(t)
+	if code := apptest.Send(t, "POST", "http://"+a.AdminAddr+"/v1/record", apptest.OpsToken, `{"duration":"10m"}`); code != 400 {
+		t.Fatalf("POST without --record-file: %d, want 400", code)
 	}
 }

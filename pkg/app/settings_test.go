@@ -123,9 +123,15 @@ func TestSettingsPrecedence(t *testing.T) {
 			want: func(s Settings) string { return expect(s.Top.Capacity == 0 && s.Top.Publish == 2*time.Second, s) },
 		},
 		{
+			name: "recorder: off, recording from the start once on",
+			want: func(s Settings) string {
+				return expect(s.Record == RecordSettings{Sample: 1, MaxBytes: 1 << 30, OnStart: true}, s)
+			},
+		},
+		{
 			name: "recorder",
 			args: []string{"--record-file", "/var/lib/tollgate/calls.jsonl", "--record-sample", "0.25", "--record-key", "user"},
-			env:  map[string]string{"TOLLGATE_RECORD_MAX_BYTES": "1048576"},
+			env:  map[string]string{"TOLLGATE_RECORD_MAX_BYTES": "1048576", "TOLLGATE_RECORD_ON_START": "false"},
 			want: func(s Settings) string {
 				return expect(s.Record == RecordSettings{File: "/var/lib/tollgate/calls.jsonl", Sample: 0.25, Key: "user", MaxBytes: 1 << 20}, s)
 			},

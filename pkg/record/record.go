@@ -55,6 +55,9 @@ type Options struct {
 	// Key is the entry key whose value names the client for sampling;
 	// "" means the domain's shard_by key, else the first entry.
 	Key string
+	// Sample is the share of clients a Span without one records; 0
+	// means 1.
+	Sample float64
 	// MaxBytes bounds a file; 0 means DefaultMaxBytes.
 	MaxBytes int64
 	// Queue bounds the lines waiting to be written; 0 means
@@ -73,7 +76,7 @@ type Options struct {
 }
 
 // Span is what Start records: for how long (0: until Stop), and the
-// share of clients (0 means 1).
+// share of clients (0 means Options.Sample).
 type Span struct {
 	Duration time.Duration
 	Sample   float64
@@ -116,6 +119,12 @@ func New(opts Options) (*Recorder, error) {
 	}
 	if opts.Queue < 0 {
 		return nil, fmt.Errorf("record: negative queue %d", opts.Queue)
+	}
+	if !(opts.Sample >= 0 && opts.Sample <= 1) {
+		return nil, fmt.Errorf("record: sample %v is not in [0, 1]", opts.Sample)
+	}
+	if opts.Sample == 0 {
+		opts.Sample = 1
 	}
 	if opts.MaxBytes == 0 {
 		opts.MaxBytes = DefaultMaxBytes
@@ -173,7 +182,7 @@ func (r *Recorder) Start(span Span) error {
 		return ErrNoFile
 	}
 	if span.Sample == 0 {
-		span.Sample = 1
+		span.Sample = r.opts.Sample
 	}
 	if !(span.Sample > 0 && span.Sample <= 1) {
 		return fmt.Errorf("%w: sample %v is not in (0, 1]", ErrInvalid, span.Sample)
