@@ -432,6 +432,7 @@ func (h *Handler) remaining(w http.ResponseWriter, r *http.Request, _ string) {
 		d := &req.Descriptors[i]
 		d.Hits, d.HasHits, d.Refund = 0, true, false
 	}
+	req.Unrecorded = true // a question of the operator's, not traffic
 	resp, err := h.opts.Limiter.Check(r.Context(), req)
 	if err != nil {
 		h.fail(w, "checking what remains", err)

@@ -201,6 +201,11 @@ func TestRecordThroughAdminAPI(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// What remains is the operator's question, not traffic: not recorded.
+	if code := apptest.Send(t, "POST", "http://"+a.AdminAddr+"/v1/remaining", apptest.OpsToken,
+		`{"domain":"api","descriptors":[{"entries":[{"key":"api_key","value":"k1"}]}]}`); code != 200 {
+		t.Fatalf("POST /v1/remaining: %d", code)
+	}
 	if code := apptest.Send(t, "DELETE", url+"?reason=enough", apptest.OpsToken, ""); code != 200 {
 		t.Fatalf("DELETE: %d, want 200", code)
 	}

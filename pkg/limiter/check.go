@@ -98,7 +98,7 @@ func (l *Limiter) CheckInto(ctx context.Context, req *Request, resp *Response) (
 			resp.Statuses[i] = Status{Code: OK}
 		}
 		l.metrics.decisions.Add(ctx, int64(n), l.metrics.unknownDomain...)
-		if l.recorder != nil {
+		if l.recorder != nil && !req.Unrecorded {
 			l.recorder.Record(start, nil, req, resp)
 		}
 		l.metrics.latency.Record(ctx, l.since(start).Seconds())
@@ -232,7 +232,7 @@ func (l *Limiter) CheckInto(ctx context.Context, req *Request, resp *Response) (
 		}
 	}
 	l.addHeaders(s, resp, start, f)
-	if l.recorder != nil {
+	if l.recorder != nil && !req.Unrecorded {
 		l.recorder.Record(start, dom, req, resp)
 	}
 	l.metrics.latency.Record(ctx, l.since(start).Seconds())

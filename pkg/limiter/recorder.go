@@ -16,7 +16,7 @@ type Recorder interface {
 	// rules (nil for a domain they do not know, answered OK), the request
 	// and its answer. Invalid requests, and checks made before any rules
 	// were loaded or cut short by their context, are not decided and not
-	// recorded. req and resp belong to the caller: Record must copy what
+	// recorded, nor are requests marked Unrecorded. req and resp belong to the caller: Record must copy what
 	// it keeps, and must not block. It is called concurrently.
 	Record(now time.Time, dom *descriptor.Domain, req *Request, resp *Response)
 }

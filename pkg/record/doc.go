@@ -24,8 +24,13 @@
 // anywhere but the first line is an error.
 //
 // A "call" line is one decided request. t is the instant the decision
-// was made, in microseconds since the Unix epoch, read from the engine's
-// clock once per request (the same now its counters were decided at).
+// was made, in microseconds since the Unix epoch: the engine's clock,
+// read once per request as its decision begins, the now that overrides,
+// penalties and reset headers are judged at. The store reads its own
+// clock for the counters (the memory store microseconds later, Redis its
+// server's TIME), so a replay on a virtual clock that follows t can
+// differ from the recorded verdict for a hit that fell that close to a
+// window's edge.
 // domain and hits are the request's (hits is the request-level
 // hits_addend as sent: 0 means 1). Each descriptor carries its entries
 // as sent — a charge marker (tollgate.charge=always) stays among them,
