@@ -149,7 +149,7 @@ func (r *Reader) decode(b []byte) (Line, error) {
 		Type string `json:"type"`
 	}
 	if err := json.Unmarshal(b, &kind); err != nil {
-		return Line{}, fmt.Errorf("not a JSON object: %v", err)
+		return Line{}, fmt.Errorf("not a JSON object: %w", err)
 	}
 	l := Line{Type: kind.Type}
 	if r.header == nil && kind.Type != TypeHeader {
@@ -226,7 +226,7 @@ func (c *Call) validate() error {
 		}
 		if d.Override != nil {
 			if _, err := descriptor.ParseUnit(d.Override.Unit); err != nil {
-				return fmt.Errorf("descriptor %d: override: %v", i, err)
+				return fmt.Errorf("descriptor %d: override: %w", i, err)
 			}
 		}
 	}
