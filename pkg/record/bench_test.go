@@ -14,11 +14,12 @@ import (
 )
 
 // BenchmarkCheck is the engine's check of one descriptor without a
-// recorder (none), with one but no recording on (idle), and recording
-// every call to io.Discard (discard) or a file (file), so that the
-// recorder's cost on the request path shows; run it with -count to
-// interleave the variants. dropped/op is the share of lines the queue had
-// no room for.
+// recorder (none), with one but no recording on (idle), recording every
+// call to io.Discard (discard) or a file (file), and with the writer
+// blocked so that every line is built and dropped (full: the request
+// path's own cost, without the writer goroutine's work competing for the
+// same cores). Run it several times with -count 1 to interleave the
+// variants. dropped/op is the share of lines the queue had no room for.
 func BenchmarkCheck(b *testing.B) {
 	tree, err := descriptor.LoadFS(fstest.MapFS{"api.yaml": {Data: []byte(`
 domain: api
@@ -29,24 +30,38 @@ descriptors:
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, mode := range []string{"none", "idle", "discard", "file"} {
+	for _, mode := range []string{"none", "idle", "discard", "file", "full"} {
 		b.Run("recorder="+mode, func(b *testing.B) {
 			opts := limiter.Options{Store: memory.New(memory.Options{}), Tree: func() *descriptor.Tree { return tree }}
 			var rec *record.Recorder
 			if mode != "none" {
 				ro := record.Options{Output: io.Discard}
-				if mode == "file" {
+				switch mode {
+				case "file":
 					ro = record.Options{Path: filepath.Join(b.TempDir(), "calls.jsonl")}
+				case "full":
+					ro = record.Options{Output: &blockedWriter{release: make(chan struct{})}, Queue: 1}
 				}
 				if rec, err = record.New(ro); err != nil {
 					b.Fatal(err)
 				}
 				defer rec.Close()
+				if w, ok := ro.Output.(*blockedWriter); ok {
+					defer close(w.release) // before Close, which waits for the writer
+					defer func() {
+						if st := rec.Status(); st.Dropped < int64(b.N)*99/100 {
+							b.Errorf("%d of %d lines dropped with the writer blocked", st.Dropped, b.N)
+						}
+					}()
+				}
 				opts.Recorder = rec
 				if mode != "idle" {
 					if err := rec.Start(record.Span{}); err != nil {
 						b.Fatal(err)
 					}
+				}
+				if w, ok := ro.Output.(*blockedWriter); ok {
+					w.hold()
 				}
 			}
 			lim, err := limiter.New(opts)

@@ -53,8 +53,8 @@
 // # Guarantees
 //
 //   - Recording never blocks or fails a decision. The engine hands each
-//     decided request to Recorder.Record, which copies what the line
-//     needs into a new line and offers it to a bounded queue; a line that
+//     decided request to Recorder.Record, which writes the line into a
+//     recycled buffer and offers it to a bounded queue; a line that
 //     does not fit is dropped and counted in tollgate_record_dropped_total
 //     and in the recording's status, never waited for. One goroutine per
 //     recording drains the queue into the file.

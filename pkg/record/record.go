@@ -105,6 +105,10 @@ type Recorder struct {
 	log     *slog.Logger
 	dropped metric.Int64Counter
 
+	// lines recycles the buffers of lines once written, so that
+	// recording allocates nothing per call.
+	lines sync.Pool // *[]byte
+
 	cur  atomic.Pointer[session]
 	mu   sync.Mutex // serializes Start, Stop and Close
 	last *session   // the latest session started; guarded by mu
@@ -136,6 +140,7 @@ func New(opts Options) (*Recorder, error) {
 		opts.Now = time.Now
 	}
 	r := &Recorder{opts: opts, log: opts.Logger}
+	r.lines.New = func() any { b := make([]byte, 0, 256); return &b }
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
@@ -160,7 +165,7 @@ type session struct {
 	all    bool   // every client
 	below  uint64 // else a client is recorded when its hash is below
 	key    string
-	queue  chan []byte
+	queue  chan *[]byte
 	file   string
 	start  time.Time
 	until  time.Time // zero: none
@@ -199,7 +204,7 @@ func (r *Recorder) Start(span Span) error {
 		<-r.last.done // its file is closed before the next one opens
 	}
 	now := r.opts.Now()
-	s := &session{r: r, key: r.opts.Key, queue: make(chan []byte, r.opts.Queue), file: r.opts.Path,
+	s := &session{r: r, key: r.opts.Key, queue: make(chan *[]byte, r.opts.Queue), file: r.opts.Path,
 		start: now, sample: span.Sample, done: make(chan struct{})}
 	if span.Duration > 0 {
 		s.until = now.Add(span.Duration)
@@ -278,7 +283,9 @@ func (r *Recorder) Record(now time.Time, dom *descriptor.Domain, req *limiter.Re
 	if s == nil || s.stopped.Load() || !s.sampled(dom, req) {
 		return
 	}
-	s.offer(appendCall(make([]byte, 0, 256), now, req, resp))
+	line := r.lines.Get().(*[]byte)
+	*line = appendCall((*line)[:0], now, req, resp)
+	s.offer(line)
 }
 
 // Override records an override created or deleted (ChangeCreated,
@@ -296,15 +303,24 @@ func (r *Recorder) Override(change string, o override.Override) {
 		r.log.Warn("encoding an override change", "error", err)
 		return
 	}
-	s.offer(append(b, '\n'))
+	line := append(b, '\n')
+	s.offer(&line)
+}
+
+// recycle gives line's buffer back to the pool, unless it grew large.
+func (r *Recorder) recycle(line *[]byte) {
+	if cap(*line) <= 16<<10 {
+		r.lines.Put(line)
+	}
 }
 
 // offer queues line, or counts it dropped.
-func (s *session) offer(line []byte) {
+func (s *session) offer(line *[]byte) {
 	select {
 	case s.queue <- line:
 	default:
 		s.drop()
+		s.r.recycle(line)
 	}
 }
 
@@ -392,8 +408,9 @@ func (s *session) run(ctx context.Context, w *output, d time.Duration) {
 		end = t.C
 	}
 	failed := false
-	write := func(line []byte) {
-		if err := w.write(line); err != nil {
+	write := func(line *[]byte) {
+		defer s.r.recycle(line)
+		if err := w.write(*line); err != nil {
 			s.drop()
 			if !failed {
 				s.r.log.Warn("writing the recording; dropping lines", "file", s.file, "error", err)
