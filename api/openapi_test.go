@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -28,6 +29,7 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/limiter"
 	"github.com/tollgatehq/tollgate/pkg/override"
 	"github.com/tollgatehq/tollgate/pkg/override/statefile"
+	"github.com/tollgatehq/tollgate/pkg/record"
 	"github.com/tollgatehq/tollgate/pkg/reload"
 	"github.com/tollgatehq/tollgate/pkg/rls"
 	"github.com/tollgatehq/tollgate/pkg/store/memory"
@@ -111,13 +113,18 @@ func newTestAPI(t *testing.T) *testAPI {
 	if err != nil {
 		t.Fatal(err)
 	}
+	recorder, err := record.New(record.Options{Path: filepath.Join(t.TempDir(), "calls.jsonl")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(recorder.Close)
 	rec, err := top.New(top.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	lim, err := limiter.New(limiter.Options{
 		Store: memory.New(memory.Options{}), Tree: treeFn, Overrides: registry.Current,
-		HeaderStyle: limiter.HeadersXRateLimit, MeterProvider: tel.MeterProvider(), Observer: topObserver{rec},
+		HeaderStyle: limiter.HeadersXRateLimit, MeterProvider: tel.MeterProvider(), Observer: topObserver{rec}, Recorder: recorder,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -139,6 +146,7 @@ func newTestAPI(t *testing.T) *testAPI {
 		Audit:       audit.New(audit.Options{Logger: slog.New(slog.DiscardHandler)}),
 		RuleHistory: rules.History,
 		Top:         rec,
+		Recorder:    recorder,
 		Status: func() admin.Status {
 			st := rules.Status()
 			return admin.Status{Version: "test", Store: "memory", Overrides: registry.Current().Len(),
@@ -303,6 +311,16 @@ func TestOpenAPIAnswers(t *testing.T) {
 		{method: "GET", target: "/v1/top?domain=api", want: 401},
 		{method: "GET", target: "/v1/rules?domain=api", token: true, want: 200},
 		{method: "GET", target: "/v1/rules", want: 401},
+		{method: "GET", target: "/v1/record", token: true, want: 200},
+		{method: "DELETE", target: "/v1/record", token: true, want: 404},
+		{method: "POST", target: "/v1/record", body: `{"duration":"10m","sample":0.1,"reason":"test"}`, token: true, want: 201},
+		{method: "POST", target: "/v1/record", body: `{"duration":"10m"}`, token: true, want: 409},
+		{method: "POST", target: "/v1/record", body: `{"duration":"-1m"}`, token: true, want: 400},
+		{method: "POST", target: "/v1/record", body: `{"duration":"10m"}`, want: 401},
+		{method: "GET", target: "/v1/record", token: true, want: 200},
+		{method: "DELETE", target: "/v1/record?reason=done", token: true, want: 200},
+		{method: "DELETE", target: "/v1/record", want: 401},
+		{method: "GET", target: "/v1/record", want: 401},
 		{method: "GET", target: "/ui/", want: 200},
 		{method: "GET", target: "/ui/render.js", want: 200},
 		{method: "GET", target: "/ui/app.js", want: 200},

@@ -28,7 +28,7 @@ var mayImport = map[string][]string{
 	"pkg/app":              {"*"},
 	"pkg/app/ratelimitenv": {},
 
-	"pkg/admin":   {"pkg/limiter", "pkg/override", "pkg/audit", "pkg/httpapi", "pkg/descriptor", "pkg/algorithm", "pkg/reload", "pkg/top"},
+	"pkg/admin":   {"pkg/limiter", "pkg/override", "pkg/audit", "pkg/httpapi", "pkg/descriptor", "pkg/algorithm", "pkg/reload", "pkg/top", "pkg/record"},
 	"pkg/ui":      {"pkg/admin"},
 	"pkg/rls":     {"pkg/limiter", "pkg/descriptor"},
 	"pkg/httpapi": {"pkg/limiter", "pkg/descriptor"},
@@ -39,6 +39,7 @@ var mayImport = map[string][]string{
 	"pkg/override/statefile": {"pkg/override", "pkg/descriptor"},
 	"pkg/top":                {"pkg/descriptor"},
 	"pkg/top/redis":          {"pkg/top", "pkg/descriptor"},
+	"pkg/record":             {"pkg/limiter", "pkg/descriptor", "pkg/override"},
 	"pkg/fleet":              {"pkg/store", "pkg/algorithm", "pkg/signature"},
 	"pkg/reload":             {"pkg/descriptor"},
 	"pkg/xds":                {"pkg/descriptor", "pkg/tlsfiles"},

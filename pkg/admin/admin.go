@@ -59,6 +59,7 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/httpapi"
 	"github.com/tollgatehq/tollgate/pkg/limiter"
 	"github.com/tollgatehq/tollgate/pkg/override"
+	"github.com/tollgatehq/tollgate/pkg/record"
 	"github.com/tollgatehq/tollgate/pkg/reload"
 	"github.com/tollgatehq/tollgate/pkg/top"
 )
@@ -125,6 +126,9 @@ type Options struct {
 	// Top answers /v1/top and /v1/rules; nil (--top-capacity 0) leaves
 	// those paths unserved.
 	Top *top.Recorder
+	// Recorder answers /v1/record; nil (no --record-file) answers that
+	// no recording can start.
+	Recorder *record.Recorder
 }
 
 // Status is the answer of GET /v1/status: what the instance runs, and how
@@ -234,6 +238,9 @@ func New(opts Options) (*Handler, error) {
 	h.handle("POST /v1/remaining", h.remaining)
 	h.handle("POST /v1/reset", h.reset)
 	h.handle("GET /v1/audit", h.auditLog)
+	h.handle("POST /v1/record", h.startRecording)
+	h.handle("DELETE /v1/record", h.stopRecording)
+	h.handle("GET /v1/record", h.recording)
 	if opts.RuleHistory != nil {
 		h.handle("GET /v1/rules/history", h.ruleHistory)
 	}
@@ -425,6 +432,7 @@ func (h *Handler) remaining(w http.ResponseWriter, r *http.Request, _ string) {
 		d := &req.Descriptors[i]
 		d.Hits, d.HasHits, d.Refund = 0, true, false
 	}
+	req.Unrecorded = true // a question of the operator's, not traffic
 	resp, err := h.opts.Limiter.Check(r.Context(), req)
 	if err != nil {
 		h.fail(w, "checking what remains", err)

@@ -76,6 +76,7 @@ func (a *App) newAdminAPI() (*ui.Handler, error) {
 		RuleHistory:   a.reloader.History,
 		Status:        a.status,
 		Top:           a.top,
+		Recorder:      a.recorder,
 	})
 	if err != nil {
 		return nil, err

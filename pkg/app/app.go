@@ -30,6 +30,7 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/httpapi"
 	"github.com/tollgatehq/tollgate/pkg/limiter"
 	"github.com/tollgatehq/tollgate/pkg/override"
+	"github.com/tollgatehq/tollgate/pkg/record"
 	"github.com/tollgatehq/tollgate/pkg/reload"
 	"github.com/tollgatehq/tollgate/pkg/rls"
 	"github.com/tollgatehq/tollgate/pkg/store/breaker"
@@ -89,6 +90,9 @@ type App struct {
 	// off; topFleet shares them through Redis, nil with the memory store.
 	top      *top.Recorder
 	topFleet *topredis.Fleet
+	// recorder records decided calls (record.go), nil without
+	// --record-file.
+	recorder *record.Recorder
 
 	// audit records admin changes and reloads; auditedTree is the tree
 	// the audit last saw, which only treeChanged touches after build.
@@ -175,6 +179,9 @@ func (a *App) build(ctx context.Context) error {
 	if err := a.newTop(); err != nil {
 		return err
 	}
+	if err := a.newRecorder(); err != nil {
+		return err
+	}
 
 	opts := limiter.Options{
 		Store:              a.store.Store(),
@@ -197,6 +204,9 @@ func (a *App) build(ctx context.Context) error {
 	}
 	if a.top != nil {
 		opts.Observer = topObserver{rec: a.top}
+	}
+	if a.recorder != nil {
+		opts.Recorder = a.recorder
 	}
 	if a.store.Remote() {
 		// Only a remote store waits, fails and needs a fallback.

@@ -20,6 +20,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/limiter"
+	"github.com/tollgatehq/tollgate/pkg/record"
 	"github.com/tollgatehq/tollgate/pkg/signature"
 	"github.com/tollgatehq/tollgate/pkg/store/redis"
 	"github.com/tollgatehq/tollgate/pkg/telemetry"
@@ -604,6 +605,43 @@ func (t TopSettings) validate() []error {
 	}
 	if t.Publish <= 0 {
 		errs = append(errs, fmt.Errorf("top-publish-interval: must be positive, got %v", t.Publish))
+	}
+	return errs
+}
+
+// RecordSettings configure the traffic recorder (package record): the
+// file it writes, from the start and when the admin API starts a
+// recording, which clients it samples, and the file's bound.
+type RecordSettings struct {
+	// File is the recording file; "" turns the recorder off.
+	File string `mapstructure:"record-file"`
+	// Sample is the share of clients recorded, in (0, 1].
+	Sample float64 `mapstructure:"record-sample"`
+	// Key names the entry whose value is the client; "" means each
+	// domain's shard_by key, else the first entry.
+	Key string `mapstructure:"record-key"`
+	// MaxBytes bounds the file before it rotates to FILE.1.
+	MaxBytes int64 `mapstructure:"record-max-bytes"`
+	// OnStart starts recording when the process starts; else only the
+	// admin API does.
+	OnStart bool `mapstructure:"record-on-start"`
+}
+
+func (RecordSettings) flags(fs *pflag.FlagSet) {
+	fs.String("record-file", "", "record every decided call, as JSON lines, into this file (created 0600; it holds descriptor values such as API keys) from the start and when the admin API starts a recording (empty: off)")
+	fs.Float64("record-sample", 1, "share of clients recorded, in (0, 1]: a hash of the client's value decides, so a sampled client's calls are recorded whole")
+	fs.String("record-key", "", "the descriptor entry key whose value names the client for --record-sample (empty: each domain's shard_by key, else the first entry)")
+	fs.Int64("record-max-bytes", record.DefaultMaxBytes, "size at which the recording file is renamed to FILE.1, replacing the previous one, and a new file begins")
+	fs.Bool("record-on-start", true, "with --record-file, record from the start; false: only when the admin API starts a recording (POST /v1/record)")
+}
+
+func (r RecordSettings) validate() []error {
+	var errs []error
+	if !(r.Sample > 0 && r.Sample <= 1) {
+		errs = append(errs, fmt.Errorf("record-sample: must be in (0, 1], got %v", r.Sample))
+	}
+	if r.MaxBytes < 4096 {
+		errs = append(errs, fmt.Errorf("record-max-bytes: must be at least 4096, got %d", r.MaxBytes))
 	}
 	return errs
 }

@@ -93,7 +93,8 @@ func (a *App) runOverrides(ctx context.Context, wg *sync.WaitGroup) {
 }
 
 // overridesChanged is the registry's OnChange: the fleet's handler drops
-// what this instance holds of the counters the changed overrides cover.
+// what this instance holds of the counters the changed overrides cover,
+// and a recording that is on records the change.
 func (a *App) overridesChanged(changed []override.Override) {
 	prefixes := make([]fleet.Prefix, len(changed))
 	for i, o := range changed {
@@ -104,6 +105,7 @@ func (a *App) overridesChanged(changed []override.Override) {
 		prefixes[i] = fleet.Prefix{Domain: o.Domain, Entries: entries}
 	}
 	a.events.OverridesChanged(prefixes)
+	a.recordOverrides(changed)
 }
 
 // writeOverrides writes the live overrides for /debug/config, their

@@ -46,6 +46,7 @@ type Settings struct {
 	Failure   FailureSettings  `mapstructure:",squash"`
 	Limits    LimitSettings    `mapstructure:",squash"`
 	Top       TopSettings      `mapstructure:",squash"`
+	Record    RecordSettings   `mapstructure:",squash"`
 	Admin     AdminSettings    `mapstructure:",squash"`
 	AdminTLS  AdminTLSSettings `mapstructure:",squash"`
 	XDS       XDSSettings      `mapstructure:",squash"`
@@ -81,6 +82,7 @@ func Flags(fs *pflag.FlagSet) *pflag.FlagSet {
 	FailureSettings{}.flags(fs)
 	LimitSettings{}.flags(fs)
 	TopSettings{}.flags(fs)
+	RecordSettings{}.flags(fs)
 	AdminSettings{}.flags(fs)
 	AdminTLSSettings{}.flags(fs)
 	XDSSettings{}.flags(fs)
@@ -186,7 +188,7 @@ func (s Settings) Validate() error {
 		errs = append(errs, errors.New("trusted-sources: san:NAME needs grpc-tls-client-ca: without client certificates no caller carries a name"))
 	}
 	for _, group := range []interface{ validate() []error }{
-		s.Conns, s.Trust, s.Answers, s.Log, s.Values, s.Tracing, s.GRPCTLS, s.Redis, s.Leases, s.Failure, s.Limits, s.Top, s.AdminTLS, s.Overrides, s.Fleet,
+		s.Conns, s.Trust, s.Answers, s.Log, s.Values, s.Tracing, s.GRPCTLS, s.Redis, s.Leases, s.Failure, s.Limits, s.Top, s.Record, s.AdminTLS, s.Overrides, s.Fleet,
 	} {
 		errs = append(errs, group.validate()...)
 	}

@@ -123,6 +123,20 @@ func TestSettingsPrecedence(t *testing.T) {
 			want: func(s Settings) string { return expect(s.Top.Capacity == 0 && s.Top.Publish == 2*time.Second, s) },
 		},
 		{
+			name: "recorder: off, recording from the start once on",
+			want: func(s Settings) string {
+				return expect(s.Record == RecordSettings{Sample: 1, MaxBytes: 1 << 30, OnStart: true}, s)
+			},
+		},
+		{
+			name: "recorder",
+			args: []string{"--record-file", "/var/lib/tollgate/calls.jsonl", "--record-sample", "0.25", "--record-key", "user"},
+			env:  map[string]string{"TOLLGATE_RECORD_MAX_BYTES": "1048576", "TOLLGATE_RECORD_ON_START": "false"},
+			want: func(s Settings) string {
+				return expect(s.Record == RecordSettings{File: "/var/lib/tollgate/calls.jsonl", Sample: 0.25, Key: "user", MaxBytes: 1 << 20}, s)
+			},
+		},
+		{
 			name: "flag over environment",
 			args: []string{"--settings", file, "--grpc-addr", "127.0.0.1:1003", "--memory-max-keys", "5"},
 			env:  map[string]string{"TOLLGATE_GRPC_ADDR": "127.0.0.1:1002", "TOLLGATE_MEMORY_MAX_KEYS": "7"},
@@ -293,6 +307,10 @@ func TestSettingsErrors(t *testing.T) {
 		{[]string{"--top-capacity", "-1"}, `top-capacity: must be between 0 (off) and 65536, got -1`},
 		{[]string{"--top-capacity", "65537"}, `top-capacity: must be between 0 (off) and 65536, got 65537`},
 		{[]string{"--top-publish-interval", "0s"}, `top-publish-interval: must be positive, got 0s`},
+		{[]string{"--record-sample", "0"}, `record-sample: must be in (0, 1], got 0`},
+		{[]string{"--record-sample", "1.5"}, `record-sample: must be in (0, 1], got 1.5`},
+		{[]string{"--record-sample", "NaN"}, `record-sample: must be in (0, 1], got NaN`},
+		{[]string{"--record-max-bytes", "4095"}, `record-max-bytes: must be at least 4096, got 4095`},
 		{[]string{"--tracing-endpoint", "collector:4317"}, `tracing-endpoint: want an http:// or https:// URL such as http://otel-collector:4317, got "collector:4317"`},
 		{[]string{"--tracing-endpoint", "grpc://collector:4317"}, `tracing-endpoint: want an http:// or https:// URL such as http://otel-collector:4317, got "grpc://collector:4317"`},
 		{[]string{"--tracing-sample-ratio", "1.5"}, `tracing-sample-ratio: must be between 0 and 1, got 1.5`},

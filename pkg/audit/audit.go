@@ -33,6 +33,10 @@ const (
 	ActionOverrideLearn = "override.learn"
 	ActionReset         = "reset"
 	ActionReload        = "reload"
+	// ActionRecordStart and ActionRecordStop start and stop a traffic
+	// recording.
+	ActionRecordStart = "record.start"
+	ActionRecordStop  = "record.stop"
 )
 
 // Entry is one audited change.

@@ -98,6 +98,9 @@ func (l *Limiter) CheckInto(ctx context.Context, req *Request, resp *Response) (
 			resp.Statuses[i] = Status{Code: OK}
 		}
 		l.metrics.decisions.Add(ctx, int64(n), l.metrics.unknownDomain...)
+		if l.recorder != nil && !req.Unrecorded {
+			l.recorder.Record(start, nil, req, resp)
+		}
 		l.metrics.latency.Record(ctx, l.since(start).Seconds())
 		return nil
 	}
@@ -229,6 +232,9 @@ func (l *Limiter) CheckInto(ctx context.Context, req *Request, resp *Response) (
 		}
 	}
 	l.addHeaders(s, resp, start, f)
+	if l.recorder != nil && !req.Unrecorded {
+		l.recorder.Record(start, dom, req, resp)
+	}
 	l.metrics.latency.Record(ctx, l.since(start).Seconds())
 	return nil
 }

@@ -113,6 +113,9 @@ type Options struct {
 	// Observer hears every descriptor decided by a limit or an override
 	// (see Observer); nil hears none, at no cost.
 	Observer Observer
+	// Recorder hears every decided request (see Recorder); nil hears
+	// none, at no cost.
+	Recorder Recorder
 }
 
 // Limiter decides rate-limit requests. It is safe for concurrent use.
@@ -137,6 +140,7 @@ type Limiter struct {
 	tracer        trace.Tracer // nil: no spans
 	onReset       func(context.Context, []store.Hit)
 	observer      Observer // nil: none
+	recorder      Recorder // nil: none
 
 	// labels caches metric attribute sets for the current tree.
 	labels atomic.Pointer[labelCache]
@@ -212,6 +216,7 @@ func New(opts Options) (*Limiter, error) {
 		log:      opts.Logger,
 		onReset:  opts.OnReset,
 		observer: opts.Observer,
+		recorder: opts.Recorder,
 	}
 	if l.margin == 0 {
 		l.margin = DefaultDeadlineMargin

@@ -63,6 +63,9 @@ type Request struct {
 	// refused with ErrUntrusted. The adapters set it from
 	// --trusted-sources.
 	Untrusted bool
+	// Unrecorded marks a question that is not traffic, such as the admin
+	// API's check of what remains: the Recorder does not hear it.
+	Unrecorded bool
 }
 
 // Descriptor is one descriptor of a Request.
