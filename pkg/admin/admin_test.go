@@ -25,6 +25,7 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/limiter"
 	"github.com/tollgatehq/tollgate/pkg/override"
 	"github.com/tollgatehq/tollgate/pkg/override/statefile"
+	"github.com/tollgatehq/tollgate/pkg/record"
 	"github.com/tollgatehq/tollgate/pkg/store/memory"
 	"github.com/tollgatehq/tollgate/pkg/top"
 )
@@ -95,6 +96,11 @@ func newServerShowing(t *testing.T, values descriptor.ValueView) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
+	recorder, err := record.New(record.Options{Output: io.Discard, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(recorder.Close)
 	lim, err := limiter.New(limiter.Options{
 		Store:       memory.New(memory.Options{Now: clock}),
 		Tree:        func() *descriptor.Tree { return tree },
@@ -120,7 +126,7 @@ func newServerShowing(t *testing.T, values descriptor.ValueView) *server {
 	srv.metric = metric
 	adm, err := admin.New(admin.Options{
 		Tokens: tokens, Overrides: registry, Limiter: lim, Resetter: lim, Audit: srv.audit, Now: clock, Logger: logger,
-		MeterProvider: meters, Values: values, Top: rec,
+		MeterProvider: meters, Values: values, Top: rec, Recorder: recorder,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -35,6 +35,7 @@ var fuzzRemote atomic.Uint32
 //   - GET /v1/overrides?domain= lists only that domain's overrides;
 //   - /v1/remaining answers a CheckResponse, and a reset (200) is audited
 //     with ?reason= exactly as given;
+//   - POST /v1/record starts a recording (then stopped) or answers 400;
 //   - GET /v1/top answers 200 or 400 whatever its query, and GET /v1/rules
 //     200.
 func FuzzAdmin(f *testing.F) {
@@ -52,6 +53,8 @@ func FuzzAdmin(f *testing.F) {
 		{`{"domain":"api","descriptors":[{"entries":[{"key":"api_key","value":"k1"}]}]}`, "", "1", "quota reset"},
 		{`{"domain":"api","descriptors":[{"entries":[{"key":"api_key","value":"k1"}],"hits":5,"refund":true,"charge":"always"}]}`, "", "", ""},
 		{`{"domain":"api","descriptors":[]}`, "", "", ""},
+		{`{"duration":"10m","sample":0.1,"reason":"incident"}`, "", "", ""},
+		{`{"duration":"-1s","sample":2}`, "", "", ""},
 		{`{"domain":"api","descriptors":[{"entries":[{"key":"api_key","value":"k1"}]}]}`, "api", "1000", "rejected"},
 		{`{"domain":"api","descriptors":[{"entries":[{"key":"api_key","value":"k1"}]}]}`, "api", "1001", "1h"},
 		{`{"domain":`, "\xff", "+1", "\xff"},
@@ -135,6 +138,19 @@ func FuzzAdmin(f *testing.F) {
 		case http.StatusBadRequest:
 		default:
 			t.Fatalf("POST /v1/reset: %d %s, want 200 or 400", rec.Code, rec.Body)
+		}
+
+		// POST /v1/record with the fuzzed body: started (201), refused
+		// with the reason (400), and never 409, since nothing else
+		// records here; a recording started is stopped (200).
+		switch rec := call(http.MethodPost, "/v1/record", body); rec.Code {
+		case http.StatusCreated:
+			if rec := call(http.MethodDelete, "/v1/record", nil); rec.Code != http.StatusOK {
+				t.Fatalf("DELETE /v1/record after a start: %d %s", rec.Code, rec.Body)
+			}
+		case http.StatusBadRequest:
+		default:
+			t.Fatalf("POST /v1/record: %d %s, want 201 or 400", rec.Code, rec.Body)
 		}
 
 		// GET /v1/top and /v1/rules, the fuzzed values as their query:

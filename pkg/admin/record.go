@@ -96,7 +96,7 @@ func (h *Handler) recordFailed(w http.ResponseWriter, err error) {
 	case errors.Is(err, record.ErrNotRecording):
 		httpapi.WriteError(w, http.StatusNotFound, err.Error())
 	default:
-		h.opts.Logger.Error("starting a recording failed", "error", err)
-		httpapi.WriteError(w, http.StatusInternalServerError, "starting a recording: "+err.Error())
+		h.opts.Logger.Error("recording failed", "error", err)
+		httpapi.WriteError(w, http.StatusInternalServerError, "recording: "+err.Error())
 	}
 }
