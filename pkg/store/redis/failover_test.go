@@ -116,16 +116,7 @@ func TestFailoverBehindAnAddress(t *testing.T) {
 
 			dials := client.PoolStats().Misses
 			after := hit("after", l, 1)
-			var failed []string
-			for i := range 2 * pooled {
-				v := make([]algorithm.Verdict, 1)
-				if err := s.Apply(context.Background(), []store.Hit{after}, v); err != nil {
-					failed = append(failed, fmt.Sprintf("decision %d: %v", i+1, err))
-				}
-			}
-			if len(failed) > 0 {
-				t.Fatalf("%d of %d decisions after the failover failed:\n%s", len(failed), 2*pooled, strings.Join(failed, "\n"))
-			}
+			decideAll(t, s, after, 2*pooled)
 			key, _ := redis.Key(redis.DefaultKeyPrefix, &after)
 			got, _ := next.Do("GET", key).(string)
 			if want := fmt.Sprintf(":%d", 2*pooled); !strings.HasSuffix(got, want) {
@@ -163,19 +154,26 @@ func TestSentinelFailover(t *testing.T) {
 	st.Failover()
 
 	after := hit("after", l, 1)
-	var failed []string
-	for i := range 2 * pooled {
-		v := make([]algorithm.Verdict, 1)
-		if err := s.Apply(context.Background(), []store.Hit{after}, v); err != nil {
-			failed = append(failed, fmt.Sprintf("decision %d: %v", i+1, err))
-		}
-	}
-	if len(failed) > 0 {
-		t.Fatalf("%d of %d decisions after the failover failed:\n%s", len(failed), 2*pooled, strings.Join(failed, "\n"))
-	}
+	decideAll(t, s, after, 2*pooled)
 	key, _ := redis.Key(redis.DefaultKeyPrefix, &after)
 	got, _ := st.Replica.Do("GET", key).(string)
 	if want := fmt.Sprintf(":%d", 2*pooled); !strings.HasSuffix(got, want) {
 		t.Errorf("new master holds %q at %s, want a count of %d", got, key, 2*pooled)
+	}
+}
+
+// decideAll makes n decisions of h after a failover and fails the test
+// with every one that failed.
+func decideAll(t *testing.T, s *redis.Store, h store.Hit, n int) {
+	t.Helper()
+	var failed []string
+	for i := range n {
+		v := make([]algorithm.Verdict, 1)
+		if err := s.Apply(context.Background(), []store.Hit{h}, v); err != nil {
+			failed = append(failed, fmt.Sprintf("decision %d: %v", i+1, err))
+		}
+	}
+	if len(failed) > 0 {
+		t.Fatalf("%d of %d decisions after the failover failed:\n%s", len(failed), n, strings.Join(failed, "\n"))
 	}
 }
