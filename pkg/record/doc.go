@@ -10,7 +10,7 @@
 //
 //	{"type":"header","version":1,"rules_hash":"9f2c…","start":"2026-11-28T17:00:00.123456Z",
 //	 "sample":0.1,"key":"","overrides":[{"id":"…","domain":"api","entries":[…],…}]}
-//	{"type":"call","t":1795885200123456,"domain":"api","hits":1,"descriptors":[
+//	{"type":"call","t":1795885200123456,"domain":"api","hits":1,"code":"OVER_LIMIT","descriptors":[
 //	 {"entries":[{"key":"api_key","value":"k1"},{"key":"tollgate.charge","value":"always"}],
 //	  "hits":0,"refund":false,"override":{"requests_per_unit":5,"unit":"minute","unit_multiplier":1},
 //	  "code":"OVER_LIMIT","rule":"api_key","limit":"per_minute"}]}
@@ -32,7 +32,8 @@
 // differ from the recorded verdict for a hit that fell that close to a
 // window's edge.
 // domain and hits are the request's (hits is the request-level
-// hits_addend as sent: 0 means 1). Each descriptor carries its entries
+// hits_addend as sent: 0 means 1), and code its answer, the overall code
+// Envoy acted on (OK or OVER_LIMIT). Each descriptor carries its entries
 // as sent — a charge marker (tollgate.charge=always) stays among them,
 // where the engine finds it —, its own hits_addend when it set one
 // (absent: none, 0: check only), refund for is_negative_hits, and

@@ -17,7 +17,9 @@ func appendCall(b []byte, now time.Time, req *limiter.Request, resp *limiter.Res
 	b = appendString(b, req.Domain)
 	b = append(b, `,"hits":`...)
 	b = strconv.AppendUint(b, uint64(req.Hits), 10)
-	b = append(b, `,"descriptors":[`...)
+	b = append(b, `,"code":"`...)
+	b = append(b, resp.Code.String()...)
+	b = append(b, `","descriptors":[`...)
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
 		if i > 0 {

@@ -3,11 +3,13 @@ package record
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/override"
@@ -56,7 +58,10 @@ type Call struct {
 	Time   int64  `json:"t"`
 	Domain string `json:"domain"`
 	// Hits is the request's hits_addend as sent; 0 means 1.
-	Hits        uint32       `json:"hits"`
+	Hits uint32 `json:"hits"`
+	// Code is the request's answer, "OK" or "OVER_LIMIT": the overall
+	// code Envoy acted on.
+	Code        string       `json:"code"`
 	Descriptors []Descriptor `json:"descriptors"`
 }
 
@@ -143,20 +148,28 @@ func (r *Reader) Next() (Line, error) {
 	return l, nil
 }
 
+// callPrefix begins every call line this package writes, so that the
+// Reader can tell its type without decoding the line twice.
+const callPrefix = `{"type":"call",`
+
 // decode decodes one line.
 func (r *Reader) decode(b []byte) (Line, error) {
-	var kind struct {
-		Type string `json:"type"`
+	kind := TypeCall
+	if !bytes.HasPrefix(b, []byte(callPrefix)) {
+		var k struct {
+			Type string `json:"type"`
+		}
+		if err := json.Unmarshal(b, &k); err != nil {
+			return Line{}, jsonError(err)
+		}
+		kind = k.Type
 	}
-	if err := json.Unmarshal(b, &kind); err != nil {
-		return Line{}, fmt.Errorf("not a JSON object: %w", err)
-	}
-	l := Line{Type: kind.Type}
-	if r.header == nil && kind.Type != TypeHeader {
-		return Line{}, fmt.Errorf("type %q before the header", kind.Type)
+	l := Line{Type: kind}
+	if r.header == nil && kind != TypeHeader {
+		return Line{}, fmt.Errorf("type %q before the header", kind)
 	}
 	var err error
-	switch kind.Type {
+	switch kind {
 	case TypeHeader:
 		if r.header != nil {
 			return Line{}, errors.New("a second header")
@@ -188,16 +201,38 @@ func (r *Reader) decode(b []byte) (Line, error) {
 			err = l.Override.validate()
 		}
 	default:
-		return Line{}, fmt.Errorf("unknown type %q", kind.Type)
+		return Line{}, fmt.Errorf("unknown type %q", kind)
 	}
 	return l, err
 }
 
-// strict decodes b, one JSON object, into v, refusing unknown fields. v embeds the line's value beside its "type".
+// strict decodes b, one JSON object, into v, refusing unknown and
+// repeated fields, invalid UTF-8 and data after the object. v embeds the
+// line's value beside its "type".
 func strict(b []byte, v any) error {
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.DisallowUnknownFields()
-	return d.Decode(v) // decode has refused data after the object
+	return jsonError(json.Unmarshal(b, v, json.RejectUnknownMembers(true)))
+}
+
+// jsonError rewords an error of the JSON decoder to name the place by
+// its JSON pointer, without the Go types of this package.
+func jsonError(err error) error {
+	var sem *json.SemanticError
+	var syn *jsontext.SyntacticError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &sem) && errors.Is(sem.Err, json.ErrUnknownName):
+		return fmt.Errorf("unknown field %q", string(sem.JSONPointer))
+	case errors.As(err, &sem) && sem.Err != nil:
+		return fmt.Errorf("field %q: %w", string(sem.JSONPointer), sem.Err)
+	case errors.As(err, &sem) && sem.GoType != nil:
+		return fmt.Errorf("field %q: a JSON %s where %s belongs", string(sem.JSONPointer), sem.JSONKind, sem.GoType)
+	case errors.As(err, &syn) && syn.JSONPointer != "":
+		return fmt.Errorf("field %q: %w", string(syn.JSONPointer), syn.Err)
+	case errors.As(err, &syn):
+		return fmt.Errorf("not a JSON object: %w (at byte %d)", syn.Err, syn.ByteOffset)
+	}
+	return err
 }
 
 func (h *Header) validate() error {
@@ -213,6 +248,9 @@ func (h *Header) validate() error {
 func (c *Call) validate() error {
 	if c.Domain == "" {
 		return errors.New("call without a domain")
+	}
+	if c.Code != "OK" && c.Code != "OVER_LIMIT" {
+		return fmt.Errorf("code %q (want OK or OVER_LIMIT)", c.Code)
 	}
 	if len(c.Descriptors) == 0 {
 		return errors.New("call without descriptors")

@@ -15,9 +15,9 @@ import (
 func FuzzReader(f *testing.F) {
 	const header = `{"type":"header","version":1,"rules_hash":"h","start":"2026-11-28T17:00:00Z","sample":1,"key":"","overrides":[]}` + "\n"
 	f.Add([]byte(header))
-	f.Add([]byte(header + `{"type":"call","t":1,"domain":"api","hits":0,"descriptors":[{"entries":[{"key":"k","value":"v"}],"hits":0,"code":"OK","rule":"k","limit":"n"}]}` + "\n"))
+	f.Add([]byte(header + `{"type":"call","t":1,"domain":"api","hits":0,"code":"OK","descriptors":[{"entries":[{"key":"k","value":"v"}],"hits":0,"code":"OK","rule":"k","limit":"n"}]}` + "\n"))
 	f.Add([]byte(header + `{"type":"override","t":1,"change":"created","override":{"id":"o","domain":"api","entries":[],"multiplier":2,"expires_at":"2026-11-28T18:00:00Z","created_at":"2026-11-28T17:00:00Z"}}` + "\n"))
-	f.Add([]byte(header + `{"type":"call","t":1,"domain":"api","hits":0,"descriptors":[{"entries":[{"key":"k","value":"v"}],"override":{"requests_per_unit":1,"unit":"second"},"code":"OVER_LIMIT"}]}`))
+	f.Add([]byte(header + `{"type":"call","t":1,"domain":"api","hits":0,"code":"OK","descriptors":[{"entries":[{"key":"k","value":"v"}],"override":{"requests_per_unit":1,"unit":"second"},"code":"OVER_LIMIT"}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		rd := record.NewReader(bytes.NewReader(data))
 		for {

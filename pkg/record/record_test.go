@@ -111,7 +111,7 @@ func TestRecordsEveryField(t *testing.T) {
 		t.Fatalf("%d lines, want 2", len(lines))
 	}
 	zero, two := uint64(0), uint64(2)
-	want := record.Call{Time: t0.UnixMicro() + 1, Domain: "api", Hits: 3, Descriptors: []record.Descriptor{
+	want := record.Call{Time: t0.UnixMicro() + 1, Domain: "api", Hits: 3, Code: "OVER_LIMIT", Descriptors: []record.Descriptor{
 		{Entries: []descriptor.Entry{{Key: "path", Value: "/a\"\n\x01é\uFFFD"}, {Key: "tollgate.charge", Value: "always"}}, Hits: &zero,
 			Override: &record.Override{RequestsPerUnit: 7, Unit: "minute", UnitMultiplier: 5}, Code: "OVER_LIMIT", Rule: "path", Limit: "per_minute"},
 		{Entries: []descriptor.Entry{{Key: "x", Value: "y"}}, Hits: &two, Refund: true, Code: "OK", Rule: "x"},
@@ -375,28 +375,30 @@ func TestStartStopErrors(t *testing.T) {
 
 func TestReaderErrors(t *testing.T) {
 	const header = `{"type":"header","version":1,"rules_hash":"h","start":"2026-11-28T17:00:00Z","sample":1,"key":"","overrides":[]}` + "\n"
-	const call = `{"type":"call","t":1,"domain":"api","hits":0,"descriptors":[{"entries":[{"key":"k","value":"v"}],"code":"OK"}]}` + "\n"
+	const call = `{"type":"call","t":1,"domain":"api","hits":0,"code":"OK","descriptors":[{"entries":[{"key":"k","value":"v"}],"code":"OK"}]}` + "\n"
 	for _, tt := range []struct {
 		name, in, want string
 	}{
 		{"empty", "", "line 1: no header: malformed recording"},
 		{"call first", call, `line 1: type "call" before the header: malformed recording`},
-		{"not json", header + "nope\n", "line 2: not a JSON object: invalid character 'o' in literal null (expecting 'u'): malformed recording"},
+		{"not json", header + "nope\n", "line 2: not a JSON object: invalid character 'o' in literal null (expecting 'u') (at byte 1): malformed recording"},
 		{"unknown type", header + `{"type":"x"}` + "\n", `line 2: unknown type "x": malformed recording`},
 		{"second header", header + header, "line 2: a second header: malformed recording"},
 		{"version", strings.Replace(header, `"version":1`, `"version":2`, 1), "line 1: version 2, this tollgate reads 1: malformed recording"},
 		{"sample", strings.Replace(header, `"sample":1`, `"sample":0`, 1), "line 1: sample 0 not in (0, 1]: malformed recording"},
-		{"unknown field", header + strings.Replace(call, `"t":1`, `"t":1,"x":2`, 1), `line 2: json: unknown field "x": malformed recording`},
-		{"trailing data", header + strings.TrimSuffix(call, "\n") + " {}\n", "line 2: not a JSON object: invalid character '{' after top-level value: malformed recording"},
+		{"unknown field", header + strings.Replace(call, `"t":1`, `"t":1,"x":2`, 1), `line 2: unknown field "/x": malformed recording`},
+		{"trailing data", header + strings.TrimSuffix(call, "\n") + " {}\n", "line 2: not a JSON object: invalid character '{' after top-level value (at byte 124): malformed recording"},
 		{"no domain", header + strings.Replace(call, `"api"`, `""`, 1), "line 2: call without a domain: malformed recording"},
-		{"no descriptors", header + `{"type":"call","t":1,"domain":"api","hits":0,"descriptors":[]}` + "\n", "line 2: call without descriptors: malformed recording"},
+		{"no descriptors", header + `{"type":"call","t":1,"domain":"api","hits":0,"code":"OK","descriptors":[]}` + "\n", "line 2: call without descriptors: malformed recording"},
 		{"no entries", header + strings.Replace(call, `[{"key":"k","value":"v"}]`, `[]`, 1), "line 2: descriptor 0 without entries: malformed recording"},
-		{"code", header + strings.Replace(call, `"OK"`, `"MAYBE"`, 1), `line 2: descriptor 0: code "MAYBE" (want OK or OVER_LIMIT): malformed recording`},
-		{"unit", header + strings.Replace(call, `"code"`, `"override":{"requests_per_unit":1,"unit":"fortnight"},"code"`, 1),
+		{"call code", header + strings.Replace(call, `"OK"`, `"MAYBE"`, 1), `line 2: code "MAYBE" (want OK or OVER_LIMIT): malformed recording`},
+		{"descriptor code", header + strings.Replace(call, `"code":"OK"}`, `"code":"MAYBE"}`, 1), `line 2: descriptor 0: code "MAYBE" (want OK or OVER_LIMIT): malformed recording`},
+		{"repeated field", header + strings.Replace(call, `"t":1`, `"t":1,"t":2`, 1), `line 2: field "/t": duplicate object member name: malformed recording`},
+		{"unit", header + strings.Replace(call, `"value":"v"}],"code"`, `"value":"v"}],"override":{"requests_per_unit":1,"unit":"fortnight"},"code"`, 1),
 			`line 2: descriptor 0: override: unknown unit "fortnight" (want second, minute, hour, day, week, month or year): malformed recording`},
 		{"change", header + `{"type":"override","t":1,"change":"moved","override":{"id":"o"}}` + "\n", `line 2: change "moved" (want created or deleted): malformed recording`},
 		{"override id", header + `{"type":"override","t":1,"change":"created","override":{}}` + "\n", "line 2: override without an id: malformed recording"},
-		{"wrong type", header + strings.Replace(call, `"t":1`, `"t":"1"`, 1), "line 2: json: cannot unmarshal string into Go struct field .Call.t of type int64: malformed recording"},
+		{"wrong type", header + strings.Replace(call, `"t":1`, `"t":"1"`, 1), `line 2: field "/t": a JSON string where int64 belongs: malformed recording`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			rd := record.NewReader(strings.NewReader(tt.in))
