@@ -40,6 +40,56 @@ type Options struct {
 	// as "xDS", and makes every values_file an error: such rules have no
 	// directory to read files from.
 	RefuseValuesFiles string
+	// Tune, when set, changes one field of one limit as if its file said
+	// so, validated as the file's own value would be: replay's sweep
+	// tries several values of a limit on recorded traffic. Loading fails
+	// when it names no limit, or a rule of several limits without naming
+	// one.
+	Tune *Tune
+}
+
+// Tune names one limit and the value one of its fields takes.
+type Tune struct {
+	Domain string
+	// Rule is the rule's Path, as the recordings, explain and the admin
+	// API name it.
+	Rule string
+	// Limit is the limit's name; "" names the rule's only limit.
+	Limit string
+	// Field is TuneRequests or TuneBurst.
+	Field string
+	Value uint32
+}
+
+// The fields a Tune can change.
+const (
+	TuneRequests = "requests_per_unit"
+	TuneBurst    = "burst"
+)
+
+// check reports what makes tn unusable on t: a domain, rule or limit it
+// names that t lacks, or a rule of several limits without a limit name.
+func (tn *Tune) check(t *Tree) error {
+	d := t.Domain(tn.Domain)
+	if d == nil {
+		return fmt.Errorf("tune: no domain %q", tn.Domain)
+	}
+	r := d.Rule(tn.Rule)
+	if r == nil || len(r.Limits) == 0 {
+		return fmt.Errorf("tune: domain %q has no rule %q with a limit", tn.Domain, tn.Rule)
+	}
+	if tn.Limit == "" {
+		if len(r.Limits) > 1 {
+			return fmt.Errorf("tune: rule %q has %d limits; name one", tn.Rule, len(r.Limits))
+		}
+		return nil
+	}
+	for _, l := range r.Limits {
+		if l.Name == tn.Limit {
+			return nil
+		}
+	}
+	return fmt.Errorf("tune: rule %q has no limit named %q", tn.Rule, tn.Limit)
 }
 
 // DefaultMaxPatterns is the default of Options.MaxPatterns.
@@ -93,6 +143,9 @@ func load(fsys fs.FS, display func(string) string, opts Options) (*Tree, error) 
 	if p := opts.DefaultPrecision; p > PrecisionCached {
 		return nil, fmt.Errorf("invalid Options.DefaultPrecision %d", p)
 	}
+	if tn := opts.Tune; tn != nil && tn.Field != TuneRequests && tn.Field != TuneBurst {
+		return nil, fmt.Errorf("tune: field %q (want %s or %s)", tn.Field, TuneRequests, TuneBurst)
+	}
 	var errs errorList
 	files := findFiles(fsys, display, &errs)
 	t := &Tree{domains: map[string]*Domain{}}
@@ -117,6 +170,11 @@ func load(fsys fs.FS, display func(string) string, opts Options) (*Tree, error) 
 	}
 	slices.Sort(t.names)
 	t.valuesFiles = values.names()
+	if opts.Tune != nil {
+		if err := opts.Tune.check(t); err != nil {
+			return nil, err
+		}
+	}
 	t.hash = t.digest()
 	return t, nil
 }

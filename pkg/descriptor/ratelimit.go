@@ -99,6 +99,7 @@ func (b *domainBuilder) limit(n, at *yaml.Node, path, ctx string) (limitSpec, bo
 		}
 	} else {
 		b.counting(fs, at, path, ctx, &s.limit)
+		b.tune(at, path, ctx, &s.limit)
 		// The algorithms' own bounds, such as a token bucket's refill time,
 		// catch what the checks above let through.
 		if b.nerrs == before && !b.exhausted {
@@ -214,6 +215,29 @@ func (b *domainBuilder) counting(fs fields, n *yaml.Node, path, ctx string, l *L
 		b.errorf(fs.get("requests_per_unit").val, path,
 			"%s: sliding_window_log stores one entry per admitted hit, so requests_per_unit must be at most %d, got %d",
 			ctx, algorithm.MaxLogRequests, l.RequestsPerUnit)
+	}
+}
+
+// tune applies Options.Tune to l, the limit of the rule at path, when it
+// names it, and checks the value as counting checks the file's.
+func (b *domainBuilder) tune(n *yaml.Node, path, ctx string, l *Limit) {
+	tn := b.opts.Tune
+	if tn == nil || tn.Domain != b.d.name || tn.Rule != path || (tn.Limit != "" && tn.Limit != l.Name) {
+		return
+	}
+	switch tn.Field {
+	case TuneRequests:
+		if l.Algorithm == algorithm.SlidingWindowLog && tn.Value > algorithm.MaxLogRequests {
+			b.errorf(n, path, "%s: tuned requests_per_unit %d: sliding_window_log takes at most %d", ctx, tn.Value, algorithm.MaxLogRequests)
+			return
+		}
+		l.RequestsPerUnit = tn.Value
+	case TuneBurst:
+		if l.Algorithm != algorithm.TokenBucket {
+			b.errorf(n, path, "%s: tuned burst applies only to token_bucket, not %s", ctx, l.Algorithm)
+			return
+		}
+		l.Burst = tn.Value
 	}
 }
 

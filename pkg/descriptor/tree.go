@@ -185,6 +185,17 @@ func (d *Domain) ShardBy() string {
 	return d.shardBy
 }
 
+// Rule returns the rule at path (Rule.Path), or nil if d has none there.
+// It scans the domain's nodes, so it is not for requests.
+func (d *Domain) Rule(path string) *Rule {
+	for _, n := range d.nodes {
+		if n.path == path && n.rule != nil {
+			return n.rule
+		}
+	}
+	return nil
+}
+
 // Match returns the rule the entries resolve to, or nil if there is none.
 // See the package documentation for the precedence. Match does not
 // allocate.
