@@ -24,7 +24,7 @@ const module = "github.com/tollgatehq/tollgate/"
 var mayImport = map[string][]string{
 	"cmd/tollgate": {"pkg/cli"},
 	"pkg/cli": {"pkg/app", "pkg/admin", "pkg/rlsclient", "pkg/loadgen", "pkg/store/redis", "api",
-		"pkg/rls", "pkg/descriptor", "pkg/override", "pkg/version"},
+		"pkg/rls", "pkg/descriptor", "pkg/override", "pkg/version", "pkg/record"},
 	"pkg/app":              {"*"},
 	"pkg/app/ratelimitenv": {},
 
@@ -39,7 +39,7 @@ var mayImport = map[string][]string{
 	"pkg/override/statefile": {"pkg/override", "pkg/descriptor"},
 	"pkg/top":                {"pkg/descriptor"},
 	"pkg/top/redis":          {"pkg/top", "pkg/descriptor"},
-	"pkg/record":             {"pkg/limiter", "pkg/descriptor", "pkg/override"},
+	"pkg/record":             {"pkg/limiter", "pkg/descriptor", "pkg/override", "pkg/store/memory"},
 	"pkg/fleet":              {"pkg/store", "pkg/algorithm", "pkg/signature"},
 	"pkg/reload":             {"pkg/descriptor"},
 	"pkg/xds":                {"pkg/descriptor", "pkg/tlsfiles"},
