@@ -130,11 +130,7 @@ func New(ctx context.Context, s Settings, logger *slog.Logger, reload <-chan str
 
 func (a *App) build(ctx context.Context) error {
 	s := a.settings
-	treeOpts, err := s.descriptorOptions()
-	if err != nil {
-		return err
-	}
-	style, err := limiter.ParseHeaderStyle(s.Answers.Headers)
+	opts, err := s.engineOptions()
 	if err != nil {
 		return err
 	}
@@ -183,25 +179,8 @@ func (a *App) build(ctx context.Context) error {
 		return err
 	}
 
-	opts := limiter.Options{
-		Store:              a.store.Store(),
-		Tree:               a.reloader.Current,
-		Overrides:          a.overrides.Current,
-		OnReset:            a.events.Reset,
-		HeaderStyle:        style,
-		ShadowMode:         s.Rules.ShadowMode,
-		DefaultAlgorithm:   treeOpts.DefaultAlgorithm,
-		DefaultCharge:      treeOpts.DefaultCharge,
-		DefaultFailureMode: treeOpts.DefaultFailureMode,
-		MaxDescriptors:     s.Limits.MaxDescriptors,
-		MaxEntries:         s.Limits.MaxEntries,
-		MaxKeyLen:          s.Limits.MaxKeyLen,
-		MaxValueLen:        s.Limits.MaxValueLen,
-		MaxHits:            uint64(s.Limits.MaxHits),
-		Logger:             a.logger,
-		MeterProvider:      meters,
-		TracerProvider:     tracer,
-	}
+	opts.Store, opts.Tree, opts.Overrides, opts.OnReset = a.store.Store(), a.reloader.Current, a.overrides.Current, a.events.Reset
+	opts.Logger, opts.MeterProvider, opts.TracerProvider = a.logger, meters, tracer
 	if a.top != nil {
 		opts.Observer = topObserver{rec: a.top}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/algorithm"
 	"github.com/tollgatehq/tollgate/pkg/app/ratelimitenv"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
+	"github.com/tollgatehq/tollgate/pkg/limiter"
 	"github.com/tollgatehq/tollgate/pkg/reload"
 )
 
@@ -219,6 +220,32 @@ func (s Settings) descriptorOptions() (descriptor.Options, error) {
 		DefaultAlgorithm: kind, DefaultCharge: charge, DefaultFailureMode: mode, DefaultPrecision: precision,
 		MaxPatterns: s.Limits.MaxPatterns,
 	}, errors.Join(errs...)
+}
+
+// engineOptions returns the engine's settings that s gives: every field
+// of limiter.Options but the store, the rules, the overrides and the
+// telemetry.
+func (s Settings) engineOptions() (limiter.Options, error) {
+	treeOpts, err := s.descriptorOptions()
+	if err != nil {
+		return limiter.Options{}, err
+	}
+	style, err := limiter.ParseHeaderStyle(s.Answers.Headers)
+	if err != nil {
+		return limiter.Options{}, err
+	}
+	return limiter.Options{
+		HeaderStyle:        style,
+		ShadowMode:         s.Rules.ShadowMode,
+		DefaultAlgorithm:   treeOpts.DefaultAlgorithm,
+		DefaultCharge:      treeOpts.DefaultCharge,
+		DefaultFailureMode: treeOpts.DefaultFailureMode,
+		MaxDescriptors:     s.Limits.MaxDescriptors,
+		MaxEntries:         s.Limits.MaxEntries,
+		MaxKeyLen:          s.Limits.MaxKeyLen,
+		MaxValueLen:        s.Limits.MaxValueLen,
+		MaxHits:            uint64(s.Limits.MaxHits),
+	}, nil
 }
 
 // LoadRules loads the descriptor configuration the settings name, as serve

@@ -13,7 +13,7 @@ import (
 )
 
 // commands are the commands that `tollgate help` must list.
-var commands = []string{"admin", "bench", "check", "completion", "explain", "health", "help", "query", "schema", "serve", "top", "version"}
+var commands = []string{"admin", "bench", "check", "completion", "explain", "health", "help", "query", "replay", "schema", "serve", "top", "version"}
 
 // listedCommands returns the commands that help output lists under
 // "Available Commands:", one line each.
