@@ -98,11 +98,12 @@ func TestRecordingUnderLoad(t *testing.T) {
 		// the pipe (the test failed) fails its write instead of holding
 		// the stop.
 		t.Cleanup(func() { fifo.Close() })
-		// Twice the queue's worth of calls overflow it whatever the
-		// machine's speed: the pipe (64 KiB) and the writer's buffer
-		// (64 KiB) hold under a thousand of these lines. The duration
-		// only bounds a run whose calls stall.
-		n := 2 * record.DefaultQueue
+		// Half a queue more calls than the queue holds overflow it
+		// whatever the machine's speed: the pipe (64 KiB) and the
+		// writer's buffer (64 KiB) hold under 800 of these lines of
+		// about 170 bytes. The duration only bounds a run whose calls
+		// stall.
+		n := record.DefaultQueue * 3 / 2
 		res := bench(t, svc.grpcAddr, "--requests", strconv.Itoa(n), "--duration", "30s")
 		t.Logf("%d decisions in %.1f s: %.0f a second, the recording stalled", res.Requests, res.Duration, res.RPS)
 		if res.Requests != int64(n) {
