@@ -111,17 +111,23 @@ func TestRecordingUnderLoad(t *testing.T) {
 		}
 
 		// Drain the pipe while the recording stops: the stop writes what
-		// is queued and closes the file, which ends the read.
-		read := make(chan []byte, 1)
+		// is queued and closes the file, which ends the read (as the
+		// cleanup's close does, should the test fail first).
+		type drained struct {
+			b   []byte
+			err error
+		}
+		read := make(chan drained, 1)
 		go func() {
 			b, err := io.ReadAll(fifo)
-			if err != nil {
-				t.Errorf("reading the pipe: %v", err)
-			}
-			read <- b
+			read <- drained{b, err}
 		}()
 		st := stopRecording(t, svc)
-		perClient := readCalls(t, bytes.NewReader(<-read))
+		out := <-read
+		if out.err != nil {
+			t.Fatalf("reading the pipe: %v", out.err)
+		}
+		perClient := readCalls(t, bytes.NewReader(out.b))
 		lines, dropped := sum(perClient), recordDropped(t, svc)
 		t.Logf("%d lines written, %d dropped", lines, st.Dropped)
 		if st.Lines != lines {
