@@ -76,5 +76,9 @@
 //
 // What it does not guarantee: a line queued in the instant a recording
 // stops may be lost without being counted, and a process killed without
-// a shutdown loses what was queued but not written.
+// a shutdown loses what was queued but not written. A file that takes no
+// writes (a hung disk, a pipe nobody reads) stalls only the recording:
+// Stop and Close give up waiting for it after Options.StopWait, with
+// ErrStuck, and its writer finishes when the file takes the writes.
+// Opening a named pipe that no one reads blocks Start.
 package record

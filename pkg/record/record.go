@@ -31,6 +31,10 @@ const DefaultMaxBytes = 1 << 30
 // Options.Queue is 0.
 const DefaultQueue = 8192
 
+// DefaultStopWait is how long Stop and Close wait for a recording's
+// last writes when Options.StopWait is 0.
+const DefaultStopWait = 5 * time.Second
+
 // The errors of Start and Stop, for callers to test with errors.Is. The
 // admin API answers ErrNoFile and ErrInvalid 400, ErrRecording 409 and
 // ErrNotRecording 404.
@@ -39,6 +43,11 @@ var (
 	ErrRecording    = errors.New("a recording is already on")
 	ErrNotRecording = errors.New("no recording is on")
 	ErrInvalid      = errors.New("invalid recording")
+	// ErrStuck reports a recording whose file took no writes for
+	// Options.StopWait after it was stopped, such as a hung disk or a
+	// pipe nobody reads: its writer is left to finish when the file takes
+	// them, and a new recording cannot start until it has.
+	ErrStuck = errors.New("the recording's file takes no writes")
 )
 
 const meterName = "github.com/tollgatehq/tollgate/pkg/record"
@@ -63,6 +72,9 @@ type Options struct {
 	// Queue bounds the lines waiting to be written; 0 means
 	// DefaultQueue.
 	Queue int
+	// StopWait bounds how long Stop and Close wait for the last lines to
+	// be written; 0 means DefaultStopWait.
+	StopWait time.Duration
 	// Header returns the rules hash and live overrides for each file's
 	// header, when it opens; nil writes none of them.
 	Header func() Header
@@ -136,6 +148,9 @@ func New(opts Options) (*Recorder, error) {
 	if opts.Queue == 0 {
 		opts.Queue = DefaultQueue
 	}
+	if opts.StopWait <= 0 {
+		opts.StopWait = DefaultStopWait
+	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -201,7 +216,11 @@ func (r *Recorder) Start(span Span) error {
 		return ErrRecording
 	}
 	if r.last != nil {
-		<-r.last.done // its file is closed before the next one opens
+		select {
+		case <-r.last.done: // its file is closed before the next one opens
+		default:
+			return fmt.Errorf("%w: %w: the last one's writes are not done", ErrRecording, ErrStuck)
+		}
 	}
 	now := r.opts.Now()
 	s := &session{r: r, key: r.opts.Key, queue: make(chan *[]byte, r.opts.Queue), file: r.opts.Path,
@@ -229,7 +248,8 @@ func (r *Recorder) Start(span Span) error {
 
 // Stop ends the recording that is on, waits until its file is written
 // and closed, and returns its final status; ErrNotRecording when none is
-// on.
+// on, and the status so far and ErrStuck when the file took no writes
+// for Options.StopWait.
 func (r *Recorder) Stop() (Status, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -239,18 +259,37 @@ func (r *Recorder) Stop() (Status, error) {
 	}
 	r.cur.CompareAndSwap(s, nil)
 	s.cancel()
-	<-s.done
+	if !r.wait(s) {
+		return s.status(false), ErrStuck
+	}
 	return s.status(false), nil
 }
 
 // Close stops the recording that is on, if any, and waits for its
-// goroutine.
+// goroutine, at most Options.StopWait.
 func (r *Recorder) Close() {
-	_, _ = r.Stop()
+	if _, err := r.Stop(); !errors.Is(err, ErrNotRecording) {
+		return
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.last != nil {
-		<-r.last.done
+		r.wait(r.last)
+	}
+}
+
+// wait waits for s's writer to close its file, at most StopWait, and
+// reports whether it did.
+func (r *Recorder) wait(s *session) bool {
+	t := time.NewTimer(r.opts.StopWait)
+	defer t.Stop()
+	select {
+	case <-s.done:
+		return true
+	case <-t.C:
+		r.log.Error("the recording's file takes no writes; stopped without them", "file", s.file,
+			"waited", r.opts.StopWait, "lines", s.lines.Load())
+		return false
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 	"testing/fstest"
+	"testing/synctest"
 	"time"
 
 	"github.com/tollgatehq/tollgate/internal/metrictest"
@@ -411,4 +412,42 @@ func TestReaderErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestStuckFile stops a recording whose file takes no writes: Stop
+// returns after StopWait with ErrStuck and the status so far, a new
+// recording is refused until the writes are done, and then starts.
+func TestStuckFile(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		began := make(chan struct{})
+		w := &blockedWriter{began: began, release: make(chan struct{})}
+		rec, err := record.New(record.Options{Output: w, StopWait: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rec.Start(record.Span{}); err != nil {
+			t.Fatal(err)
+		}
+		w.hold()
+		req := &limiter.Request{Domain: "api", Descriptors: []limiter.Descriptor{{Entries: []descriptor.Entry{{Key: "k", Value: "v"}}}}}
+		rec.Record(t0, nil, req, &limiter.Response{Code: limiter.OK, Statuses: []limiter.Status{{Code: limiter.OK}}})
+		<-began
+		start := time.Now()
+		st, err := rec.Stop()
+		if !errors.Is(err, record.ErrStuck) || time.Since(start) != time.Minute || st.On {
+			t.Fatalf("Stop = %+v, %v after %v; want ErrStuck after a minute", st, err, time.Since(start))
+		}
+		if err := rec.Start(record.Span{}); !errors.Is(err, record.ErrRecording) || !errors.Is(err, record.ErrStuck) {
+			t.Fatalf("Start while the last writes hang = %v", err)
+		}
+		close(w.release)
+		synctest.Wait()
+		if st := rec.Status(); st.Lines != 1 {
+			t.Fatalf("status once the file took the writes = %+v, want its line", st)
+		}
+		if err := rec.Start(record.Span{}); err != nil {
+			t.Fatal(err)
+		}
+		rec.Close()
+	})
 }
