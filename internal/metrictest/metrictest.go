@@ -72,7 +72,7 @@ func labels(set attribute.Set) string {
 	slices.SortFunc(kvs, func(a, b attribute.KeyValue) int { return strings.Compare(string(a.Key), string(b.Key)) })
 	parts := make([]string, len(kvs))
 	for i, kv := range kvs {
-		parts[i] = string(kv.Key) + `="` + kv.Value.Emit() + `"`
+		parts[i] = string(kv.Key) + `="` + kv.Value.String() + `"`
 	}
 	return strings.Join(parts, ",")
 }
