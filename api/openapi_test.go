@@ -122,6 +122,10 @@ func newTestAPI(t *testing.T) *testAPI {
 	if err != nil {
 		t.Fatal(err)
 	}
+	shadowRec, err := top.New(top.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	lim, err := limiter.New(limiter.Options{
 		Store: memory.New(memory.Options{}), Tree: treeFn, Overrides: registry.Current,
 		HeaderStyle: limiter.HeadersXRateLimit, MeterProvider: tel.MeterProvider(), Observer: topObserver{rec}, Recorder: recorder,
@@ -146,11 +150,13 @@ func newTestAPI(t *testing.T) *testAPI {
 		Audit:       audit.New(audit.Options{Logger: slog.New(slog.DiscardHandler)}),
 		RuleHistory: rules.History,
 		Top:         rec,
+		ShadowTop:   shadowRec,
 		Recorder:    recorder,
 		Status: func() admin.Status {
 			st := rules.Status()
 			return admin.Status{Version: "test", Store: "memory", Overrides: registry.Current().Len(),
-				Rules: admin.RulesStatus{Source: "test", Hash: st.Hash, LoadedAt: st.LastSuccess, LastError: st.LastError.Error(), Reloads: st.Reloads, Failures: st.Failures}}
+				Rules:  admin.RulesStatus{Source: "test", Hash: st.Hash, LoadedAt: st.LastSuccess, LastError: st.LastError.Error(), Reloads: st.Reloads, Failures: st.Failures},
+				Shadow: &admin.ShadowStatus{Rules: admin.RulesStatus{Source: "shadow", LastError: "api.yaml:1: broken", Failures: 1}, Decided: 3}}
 		},
 	})
 	if err != nil {
@@ -311,6 +317,10 @@ func TestOpenAPIAnswers(t *testing.T) {
 		{method: "GET", target: "/v1/top?domain=api", want: 401},
 		{method: "GET", target: "/v1/rules?domain=api", token: true, want: 200},
 		{method: "GET", target: "/v1/rules", want: 401},
+		{method: "GET", target: "/v1/top?set=shadow&domain=api", token: true, want: 200},
+		{method: "GET", target: "/v1/top?set=other&domain=api", token: true, invalid: true, want: 400},
+		{method: "GET", target: "/v1/rules?set=shadow", token: true, want: 200},
+		{method: "GET", target: "/v1/rules?set=other", token: true, invalid: true, want: 400},
 		{method: "GET", target: "/v1/record", token: true, want: 200},
 		{method: "DELETE", target: "/v1/record", token: true, want: 404},
 		{method: "POST", target: "/v1/record", body: `{"duration":"10m","sample":0.1,"reason":"test"}`, token: true, want: 201},

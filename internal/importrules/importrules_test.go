@@ -40,6 +40,7 @@ var mayImport = map[string][]string{
 	"pkg/top":                {"pkg/descriptor"},
 	"pkg/top/redis":          {"pkg/top", "pkg/descriptor"},
 	"pkg/record":             {"pkg/limiter", "pkg/descriptor", "pkg/override", "pkg/store/memory"},
+	"pkg/shadow":             {"pkg/limiter", "pkg/descriptor", "pkg/store/memory", "pkg/top"},
 	"pkg/fleet":              {"pkg/store", "pkg/algorithm", "pkg/signature"},
 	"pkg/reload":             {"pkg/descriptor"},
 	"pkg/xds":                {"pkg/descriptor", "pkg/tlsfiles"},

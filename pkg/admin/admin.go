@@ -18,6 +18,8 @@
 //	POST   /v1/remaining        the body of /v1/check, answered as it is, consuming nothing
 //	POST   /v1/reset            the body of /v1/check: clear its counters
 //	GET    /v1/audit            the newest audit entries, ?limit=N
+//	GET    /v1/top              a domain's top clients; ?set=shadow: under the shadow rules
+//	GET    /v1/rules            per rule its rates; ?set=shadow: under the shadow rules
 //
 // A remote address whose calls were refused ten times is answered 429,
 // with Retry-After, until its refusals refill at one every 6 seconds,
@@ -126,6 +128,9 @@ type Options struct {
 	// Top answers /v1/top and /v1/rules; nil (--top-capacity 0) leaves
 	// those paths unserved.
 	Top *top.Recorder
+	// ShadowTop answers /v1/top?set=shadow and /v1/rules?set=shadow, for
+	// the shadow rule set; nil (no --shadow-config-dir) answers them 404.
+	ShadowTop *top.Recorder
 	// Recorder answers /v1/record; nil (no --record-file) answers that
 	// no recording can start.
 	Recorder *record.Recorder
@@ -146,6 +151,17 @@ type Status struct {
 	Rules RulesStatus  `json:"rules"`
 	// Overrides counts the live overrides.
 	Overrides int `json:"overrides"`
+	// Shadow is the shadow rule set's state, while there is one.
+	Shadow *ShadowStatus `json:"shadow,omitempty"`
+}
+
+// ShadowStatus is the state of the shadow rule set (--shadow-config-dir).
+type ShadowStatus struct {
+	Rules RulesStatus `json:"rules"`
+	// Decided counts the live calls decided again under the shadow
+	// rules, Dropped those the queue to them had no room for.
+	Decided int64 `json:"decided"`
+	Dropped int64 `json:"dropped"`
 }
 
 // FleetStatus is the state of an instance's fleet channel.
@@ -154,7 +170,8 @@ type FleetStatus struct {
 	Subscribed bool `json:"subscribed"`
 }
 
-// RulesStatus is the state of the live rules.
+// RulesStatus is the state of a rule set: the live rules, or the shadow
+// ones.
 type RulesStatus struct {
 	Source   string    `json:"source"`
 	Hash     string    `json:"hash,omitempty"`

@@ -136,6 +136,9 @@ func (c *Client) Audit(ctx context.Context, limit int) (json.RawMessage, error) 
 // TopQuery is the query of GET /v1/top. Domain is required; a zero field
 // takes the server's default.
 type TopQuery struct {
+	// Set is "shadow" for the shadow rules' top clients; "" means the
+	// live rules'.
+	Set    string
 	Domain string
 	// Rule filters by the rule's name or its path as explain prints it.
 	Rule string
@@ -148,7 +151,7 @@ type TopQuery struct {
 // over the fleet.
 func (c *Client) Top(ctx context.Context, q TopQuery) (json.RawMessage, error) {
 	v := url.Values{"domain": {q.Domain}}
-	for name, s := range map[string]string{"rule": q.Rule, "by": q.By, "window": q.Window} {
+	for name, s := range map[string]string{"set": q.Set, "rule": q.Rule, "by": q.By, "window": q.Window} {
 		if s != "" {
 			v.Set(name, s)
 		}
@@ -159,15 +162,22 @@ func (c *Client) Top(ctx context.Context, q TopQuery) (json.RawMessage, error) {
 	return c.do(ctx, http.MethodGet, "/v1/top", v, nil)
 }
 
+// RulesQuery is the query of GET /v1/rules; a zero field filters
+// nothing.
+type RulesQuery struct {
+	// Set is "shadow" for the shadow rules; "" means the live rules.
+	Set          string
+	Domain, Rule string
+}
+
 // Rules returns per rule its limit, its rates and its hottest value's
-// share of the limit, of domain and rule, or of all for "".
-func (c *Client) Rules(ctx context.Context, domain, rule string) (json.RawMessage, error) {
+// share of the limit, of the rules q names.
+func (c *Client) Rules(ctx context.Context, q RulesQuery) (json.RawMessage, error) {
 	v := url.Values{}
-	if domain != "" {
-		v.Set("domain", domain)
-	}
-	if rule != "" {
-		v.Set("rule", rule)
+	for name, s := range map[string]string{"set": q.Set, "domain": q.Domain, "rule": q.Rule} {
+		if s != "" {
+			v.Set(name, s)
+		}
 	}
 	return c.do(ctx, http.MethodGet, "/v1/rules", v, nil)
 }

@@ -35,14 +35,19 @@ type topAnswer struct {
 }
 
 // topValues answers GET /v1/top: the busiest descriptor values of a
-// domain's rules, by rejections or requests, merged over the fleet.
+// domain's rules, by rejections or requests, merged over the fleet; with
+// ?set=shadow, of the shadow rules, on this instance.
 func (h *Handler) topValues(w http.ResponseWriter, r *http.Request, _ string) {
+	rec, ok := h.topOf(w, r)
+	if !ok {
+		return
+	}
 	q, err := topQuery(r)
 	if err != nil {
 		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	ans, err := h.opts.Top.Top(r.Context(), q)
+	ans, err := rec.Top(r.Context(), q)
 	if err != nil {
 		h.fail(w, "reading the top values", err)
 		return
@@ -54,6 +59,26 @@ func (h *Handler) topValues(w http.ResponseWriter, r *http.Request, _ string) {
 			Requests: e.Requests, Rejected: e.Rejected, Error: e.Error}
 	}
 	httpapi.WriteJSON(w, http.StatusOK, out)
+}
+
+// topOf returns the summaries that ?set= names: the live rules' (set
+// absent or live) or the shadow rules' (shadow). It answers 400 for
+// another set and 404 for the shadow set of an instance without one, and
+// then returns false.
+func (h *Handler) topOf(w http.ResponseWriter, r *http.Request) (*top.Recorder, bool) {
+	switch set := r.URL.Query().Get("set"); set {
+	case "", "live":
+		return h.opts.Top, true
+	case "shadow":
+		if h.opts.ShadowTop == nil {
+			httpapi.WriteError(w, http.StatusNotFound, "no shadow rule set on this instance (--shadow-config-dir)")
+			return nil, false
+		}
+		return h.opts.ShadowTop, true
+	default:
+		httpapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("set: want live or shadow, got %q", set))
+		return nil, false
+	}
 }
 
 // topQuery reads the query of GET /v1/top; its errors wrap
@@ -113,8 +138,12 @@ type rulesAnswer struct {
 // ruleRatesOf answers GET /v1/rules: per rule identity its limit, its
 // rates over 1 and 5 minutes, and its hottest value's share of the limit.
 func (h *Handler) ruleRatesOf(w http.ResponseWriter, r *http.Request, _ string) {
+	rec, ok := h.topOf(w, r)
+	if !ok {
+		return
+	}
 	v := r.URL.Query()
-	ans := h.opts.Top.Rules(r.Context(), top.RulesQuery{Domain: v.Get("domain"), Rule: v.Get("rule")})
+	ans := rec.Rules(r.Context(), top.RulesQuery{Domain: v.Get("domain"), Rule: v.Get("rule")})
 	out := rulesAnswer{Instances: ans.Instances, Partial: ans.Partial, Rules: make([]ruleRates, len(ans.Rules))}
 	for i, s := range ans.Rules {
 		out.Rules[i] = ruleRates{

@@ -76,6 +76,7 @@ func (a *App) newAdminAPI() (*ui.Handler, error) {
 		RuleHistory:   a.reloader.History,
 		Status:        a.status,
 		Top:           a.top,
+		ShadowTop:     a.shadowTop,
 		Recorder:      a.recorder,
 	})
 	if err != nil {
@@ -99,6 +100,7 @@ func (a *App) status() admin.Status {
 			Reloads: rs.Reloads, Failures: rs.Failures,
 		},
 		Overrides: a.overrides.Current().Len(),
+		Shadow:    a.shadowStatus(),
 	}
 	if rs.LastError != nil {
 		st.Rules.LastError = rs.LastError.Error()

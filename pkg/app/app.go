@@ -33,6 +33,7 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/record"
 	"github.com/tollgatehq/tollgate/pkg/reload"
 	"github.com/tollgatehq/tollgate/pkg/rls"
+	"github.com/tollgatehq/tollgate/pkg/shadow"
 	"github.com/tollgatehq/tollgate/pkg/store/breaker"
 	"github.com/tollgatehq/tollgate/pkg/store/memory"
 	"github.com/tollgatehq/tollgate/pkg/telemetry"
@@ -93,6 +94,13 @@ type App struct {
 	// recorder records decided calls (record.go), nil without
 	// --record-file.
 	recorder *record.Recorder
+	// shadow decides every decided call again under the shadow rules,
+	// which shadowRules keeps, and shadowTop keeps their top clients
+	// (shadow.go); all nil without --shadow-config-dir, shadowTop while
+	// the live top clients are off too.
+	shadow      *shadow.Set
+	shadowRules *reload.Reloader
+	shadowTop   *top.Recorder
 
 	// audit records admin changes and reloads; auditedTree is the tree
 	// the audit last saw, which only treeChanged touches after build.
@@ -184,9 +192,10 @@ func (a *App) build(ctx context.Context) error {
 	if a.top != nil {
 		opts.Observer = topObserver{rec: a.top}
 	}
-	if a.recorder != nil {
-		opts.Recorder = a.recorder
+	if err := a.newShadow(opts); err != nil {
+		return err
 	}
+	opts.Recorder = a.recorders()
 	if a.store.Remote() {
 		// Only a remote store waits, fails and needs a fallback.
 		opts.StoreTimeout, opts.DeadlineMargin = s.Failure.StoreTimeout, s.Failure.DeadlineMargin
@@ -495,6 +504,9 @@ func (a *App) Run(ctx context.Context) error {
 	if a.topFleet != nil {
 		wg.Go(func() { a.topFleet.Run(ctx, a.top) })
 	}
+	if a.shadow != nil {
+		wg.Go(func() { a.runShadow(ctx) })
+	}
 
 	addrs := a.Addrs()
 	a.logger.Info("tollgate serving", "version", a.buildInfo.Version, "grpc", addrs.GRPC, "http", addrs.HTTP, "admin", addrs.Admin, "debug", addrs.Debug,
@@ -509,8 +521,8 @@ func (a *App) Run(ctx context.Context) error {
 }
 
 // forceReloads turns every receive from the reload channel into a forced
-// reload, and opens the audit file again (after a log rotation), until ctx
-// ends.
+// reload of the rules (and of the shadow rules), and opens the audit file
+// again (after a log rotation), until ctx ends.
 func (a *App) forceReloads(ctx context.Context) {
 	for {
 		select {
@@ -518,6 +530,9 @@ func (a *App) forceReloads(ctx context.Context) {
 			return
 		case <-a.reload:
 			a.reloader.Trigger()
+			if a.shadowRules != nil {
+				a.shadowRules.Trigger()
+			}
 			if a.auditFile == nil {
 				continue
 			}

@@ -646,6 +646,18 @@ func (r RecordSettings) validate() []error {
 	return errs
 }
 
+// ShadowSettings configure the shadow rule set (package shadow): a second
+// rule set, loaded with the same settings as the live one, that decides
+// every live call again without changing its answer.
+type ShadowSettings struct {
+	// ConfigDir is the shadow rules' directory; "" turns them off.
+	ConfigDir string `mapstructure:"shadow-config-dir"`
+}
+
+func (ShadowSettings) flags(fs *pflag.FlagSet) {
+	fs.String("shadow-config-dir", "", "directory of a shadow rule set, loaded like --config-dir and watched, that decides every live call again on a memory store of its own without changing its answer, counted in tollgate_shadow_* (empty: off)")
+}
+
 // count is a setting that counts something, by its flag's name.
 type count struct {
 	name string

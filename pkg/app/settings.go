@@ -48,6 +48,7 @@ type Settings struct {
 	Limits    LimitSettings    `mapstructure:",squash"`
 	Top       TopSettings      `mapstructure:",squash"`
 	Record    RecordSettings   `mapstructure:",squash"`
+	Shadow    ShadowSettings   `mapstructure:",squash"`
 	Admin     AdminSettings    `mapstructure:",squash"`
 	AdminTLS  AdminTLSSettings `mapstructure:",squash"`
 	XDS       XDSSettings      `mapstructure:",squash"`
@@ -84,6 +85,7 @@ func Flags(fs *pflag.FlagSet) *pflag.FlagSet {
 	LimitSettings{}.flags(fs)
 	TopSettings{}.flags(fs)
 	RecordSettings{}.flags(fs)
+	ShadowSettings{}.flags(fs)
 	AdminSettings{}.flags(fs)
 	AdminTLSSettings{}.flags(fs)
 	XDSSettings{}.flags(fs)
@@ -263,19 +265,20 @@ func LoadRules(s Settings) (*descriptor.Tree, error) {
 // so they accept and reject a configuration alike, with the same error.
 // logger and meters may be nil.
 func newReloader(s Settings, logger *slog.Logger, meters metric.MeterProvider, onChange func(*descriptor.Tree)) (*reload.Reloader, error) {
-	opts, err := s.descriptorOptions()
+	return newRuleSet(s, reload.Options{Dir: s.ConfigDir, Logger: logger, MeterProvider: meters, OnChange: onChange})
+}
+
+// newRuleSet returns the reloader of opts, loading its directory as the
+// settings load every rule set: the live one and the shadow one alike.
+func newRuleSet(s Settings, opts reload.Options) (*reload.Reloader, error) {
+	dopts, err := s.descriptorOptions()
 	if err != nil {
 		return nil, err
 	}
-	return reload.New(reload.Options{
-		Dir: s.ConfigDir,
-		Load: func(dir string) (*descriptor.Tree, error) {
-			return descriptor.Load(dir, opts)
-		},
-		Logger:        logger,
-		MeterProvider: meters,
-		OnChange:      onChange,
-	})
+	opts.Load = func(dir string) (*descriptor.Tree, error) {
+		return descriptor.Load(dir, dopts)
+	}
+	return reload.New(opts)
 }
 
 // Secret is a setting that must never be printed: it formats and logs as

@@ -137,6 +137,20 @@ func TestSettingsPrecedence(t *testing.T) {
 			},
 		},
 		{
+			name: "shadow rules: off",
+			want: func(s Settings) string { return expect(s.Shadow == ShadowSettings{}, s) },
+		},
+		{
+			name: "shadow rules from the environment",
+			env:  map[string]string{"TOLLGATE_SHADOW_CONFIG_DIR": "/etc/tollgate/shadow"},
+			want: func(s Settings) string { return expect(s.Shadow.ConfigDir == "/etc/tollgate/shadow", s) },
+		},
+		{
+			name: "shadow rules from a flag",
+			args: []string{"--shadow-config-dir", "shadow"},
+			want: func(s Settings) string { return expect(s.Shadow.ConfigDir == "shadow", s) },
+		},
+		{
 			name: "flag over environment",
 			args: []string{"--settings", file, "--grpc-addr", "127.0.0.1:1003", "--memory-max-keys", "5"},
 			env:  map[string]string{"TOLLGATE_GRPC_ADDR": "127.0.0.1:1002", "TOLLGATE_MEMORY_MAX_KEYS": "7"},

@@ -112,12 +112,13 @@ func (f *topFlags) check() error {
 }
 
 // topDomains returns the domains to show: the one asked for, or those of
-// the rules that decided something in the last hour (of rule, if given).
-func topDomains(ctx context.Context, cl *admin.Client, domain, rule string) ([]string, error) {
+// the rules of set that decided something in the last hour (of rule, if
+// given).
+func topDomains(ctx context.Context, cl *admin.Client, set, domain, rule string) ([]string, error) {
 	if domain != "" {
 		return []string{domain}, nil
 	}
-	raw, err := cl.Rules(ctx, "", rule)
+	raw, err := cl.Rules(ctx, admin.RulesQuery{Set: set, Rule: rule})
 	if err != nil {
 		return nil, err
 	}
@@ -130,14 +131,16 @@ func topDomains(ctx context.Context, cl *admin.Client, domain, rule string) ([]s
 
 func newAdminTopCommand(c cli, f *adminFlags) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "top [--domain D] [--rule R] [--by rejected|requests] [--window 1m|5m|1h] [--limit N] [--json]",
+		Use:   "top [--domain D] [--rule R] [--by rejected|requests] [--window 1m|5m|1h] [--limit N] [--shadow] [--json]",
 		Short: "Show the top limited clients of each rule, once",
 		Long: `Show the busiest descriptor values of each rule, merged over the fleet: by
 rejections (the top limited clients) or by requests, over the last minute,
 5 minutes or hour. Counts may overstate by at most the ± error shown. Without
 --domain every domain whose rules decided something in the last hour is shown.
 With --json it prints the answer of GET /v1/top, or without --domain an object
-of each domain's answer. For a live view, see tollgate top.`,
+of each domain's answer. With --shadow it shows the clients under the shadow
+rules (--shadow-config-dir) of the instance asked. For a live view, see
+tollgate top.`,
 		Args: noArgs,
 	}
 	fs := flags(cmd)
@@ -146,6 +149,7 @@ of each domain's answer. For a live view, see tollgate top.`,
 	rule := fs.String("rule", "", "only this rule, by its name or its path as explain prints it")
 	limit := fs.Int("limit", 10, fmt.Sprintf("most clients per domain, 1 to %d", admin.MaxTopLimit))
 	asJSON := fs.Bool("json", false, "print the API's JSON instead of a table")
+	shadow := fs.Bool("shadow", false, "the clients under the shadow rules (--shadow-config-dir) of the instance asked")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if err := tf.check(); err != nil {
 			return err
@@ -159,13 +163,17 @@ of each domain's answer. For a live view, see tollgate top.`,
 		}
 		ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
 		defer cancel()
-		domains, err := topDomains(ctx, cl, tf.domain, *rule)
+		set := ""
+		if *shadow {
+			set = "shadow"
+		}
+		domains, err := topDomains(ctx, cl, set, tf.domain, *rule)
 		if err != nil {
 			return err
 		}
 		answers := make(map[string]json.RawMessage, len(domains))
 		for _, d := range domains {
-			q := admin.TopQuery{Domain: d, Rule: *rule, By: tf.by, Window: tf.window, Limit: *limit}
+			q := admin.TopQuery{Set: set, Domain: d, Rule: *rule, By: tf.by, Window: tf.window, Limit: *limit}
 			if answers[d], err = cl.Top(ctx, q); err != nil {
 				return err
 			}
@@ -177,7 +185,7 @@ of each domain's answer. For a live view, see tollgate top.`,
 			_, err := fmt.Fprintln(c.stdout, "no rule decided anything in the last hour")
 			return err
 		}
-		return printTopTables(c.stdout, domains, answers)
+		return printTopTables(c.stdout, set, domains, answers)
 	}
 	return cmd
 }
@@ -202,8 +210,8 @@ func printTopJSON(w io.Writer, domain string, answers map[string]json.RawMessage
 }
 
 // printTopTables prints each domain's answer as a table under a line that
-// says what it ranks.
-func printTopTables(w io.Writer, domains []string, answers map[string]json.RawMessage) error {
+// says what it ranks, and under which rules when set is not the live one.
+func printTopTables(w io.Writer, set string, domains []string, answers map[string]json.RawMessage) error {
 	var out bytes.Buffer
 	for i, d := range domains {
 		var ans topAnswer
@@ -213,7 +221,11 @@ func printTopTables(w io.Writer, domains []string, answers map[string]json.RawMe
 		if i > 0 {
 			out.WriteByte('\n')
 		}
-		fmt.Fprintf(&out, "%s: top by %s over %s, %s", showValue(d), ans.By, ans.Window, instances(ans.Instances))
+		fmt.Fprintf(&out, "%s: top by %s over %s", showValue(d), ans.By, ans.Window)
+		if set != "" {
+			fmt.Fprintf(&out, " under the %s rules", set)
+		}
+		fmt.Fprintf(&out, ", %s", instances(ans.Instances))
 		if ans.Partial {
 			out.WriteString(" (partial: some instances did not answer)")
 		}

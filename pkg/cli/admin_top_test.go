@@ -4,14 +4,19 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/tollgatehq/tollgate/internal/apptest"
+	"github.com/tollgatehq/tollgate/internal/polltest"
+	"github.com/tollgatehq/tollgate/pkg/admin"
+	"github.com/tollgatehq/tollgate/pkg/app"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
 	"github.com/tollgatehq/tollgate/pkg/rlsclient"
 )
@@ -150,6 +155,35 @@ func TestAdminTop(t *testing.T) {
 		if code, _, errOut := runAdmin(t, a, env, tc.args...); code != 2 || errOut != tc.want {
 			t.Errorf("%v: exit %d, stderr %q; want 2, %q", tc.args, code, errOut, tc.want)
 		}
+	}
+}
+
+// TestAdminTopShadow reads the top clients under shadow rules that allow
+// one call an hour per key with `tollgate admin top --shadow`, and the
+// refusal of an instance without shadow rules.
+func TestAdminTopShadow(t *testing.T) {
+	shadowDir := t.TempDir()
+	apptest.WriteFile(t, filepath.Join(shadowDir, "api.yaml"),
+		"domain: api\ndescriptors:\n  - key: api_key\n    rate_limit: {unit: hour, requests_per_unit: 1}\n")
+	a := apptest.StartAdmin(t, func(s *app.Settings) { s.Shadow.ConfigDir = shadowDir })
+	env := map[string]string{"TOLLGATE_ADMIN_TOKEN": apptest.OpsToken}
+	driveTraffic(t, a)
+	polltest.Eventually(t, 10*time.Second, func() bool {
+		var st admin.Status
+		apptest.GetJSON(t, "http://"+a.AdminAddr+"/v1/status", apptest.OpsToken, &st)
+		return st.Shadow != nil && st.Shadow.Decided == heavyHits+5
+	}, "the shadow rules did not decide the traffic")
+
+	code, out, errOut := runAdmin(t, a, env, "top", "--shadow")
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if code != 0 || len(lines) != 3 || lines[0] != "api: top by rejected over 5m under the shadow rules, 1 instance" ||
+		!regexp.MustCompile(`^api_key +api_key=heavy +6 +5 +±0$`).MatchString(lines[2]) {
+		t.Errorf("top --shadow: exit %d, printed:\n%s%s", code, out, errOut)
+	}
+
+	live := apptest.StartAdmin(t)
+	if code, _, errOut := runAdmin(t, live, env, "top", "--shadow", "--domain", "api"); code != 1 || !strings.Contains(errOut, "no shadow rule set") {
+		t.Errorf("top --shadow without shadow rules: exit %d, stderr %q", code, errOut)
 	}
 }
 

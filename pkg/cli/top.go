@@ -105,7 +105,7 @@ type topLine struct {
 func (v *topView) refresh(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, v.timeout)
 	defer cancel()
-	raw, err := v.client.Rules(ctx, v.flags.domain, "")
+	raw, err := v.client.Rules(ctx, admin.RulesQuery{Domain: v.flags.domain})
 	if err != nil {
 		return err
 	}

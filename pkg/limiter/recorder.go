@@ -20,3 +20,34 @@ type Recorder interface {
 	// it keeps, and must not block. It is called concurrently.
 	Record(now time.Time, dom *descriptor.Domain, req *Request, resp *Response)
 }
+
+// Recorders returns one Recorder that hands every request to each of rs
+// in turn, so that the engine's one Options.Recorder slot can serve
+// several, such as the traffic recorder and a shadow rule set. Nil
+// Recorders in rs are skipped: with none left it returns nil, so that
+// the engine pays nothing, and with one it returns that one itself.
+func Recorders(rs ...Recorder) Recorder {
+	var all recorders
+	for _, r := range rs {
+		if r != nil {
+			all = append(all, r)
+		}
+	}
+	switch len(all) {
+	case 0:
+		return nil
+	case 1:
+		return all[0]
+	}
+	return all
+}
+
+// recorders is the Recorder of Recorders.
+type recorders []Recorder
+
+// Record hands the request to every Recorder, in order.
+func (rs recorders) Record(now time.Time, dom *descriptor.Domain, req *Request, resp *Response) {
+	for _, r := range rs {
+		r.Record(now, dom, req, resp)
+	}
+}

@@ -17,6 +17,9 @@ const meterName = "github.com/tollgatehq/tollgate/pkg/reload"
 //	tollgate_config_last_reload_success_timestamp_seconds
 //	tollgate_config_last_reload_successful   1 when the latest reload loaded, else 0
 //	tollgate_config_info{hash="..."}         always 1; hash identifies the live tree
+//
+// A Reloader of another rule set (Options.Set) names them
+// tollgate_<set>_config_* instead.
 type metrics struct {
 	// observer observes the gauges until it is unregistered.
 	observer  metric.Registration
@@ -25,28 +28,33 @@ type metrics struct {
 	failed    metric.AddOption
 }
 
-// newMetrics creates the instruments on mp. The gauges are observed from
-// r's status at collection time, so they need no updating.
-func newMetrics(mp metric.MeterProvider, r *Reloader) (*metrics, error) {
+// newMetrics creates the instruments on mp, named for the rule set set
+// (see Options.Set). The gauges are observed from r's status at
+// collection time, so they need no updating.
+func newMetrics(mp metric.MeterProvider, set string, r *Reloader) (*metrics, error) {
 	meter := mp.Meter(meterName)
-	reloads, err := meter.Int64Counter("tollgate.config.reloads",
+	prefix := "tollgate.config."
+	if set != "" {
+		prefix = "tollgate." + set + ".config."
+	}
+	reloads, err := meter.Int64Counter(prefix+"reloads",
 		metric.WithDescription("Descriptor configuration loads by result, the initial load included."),
 		metric.WithUnit("{reload}"))
 	if err != nil {
 		return nil, err
 	}
-	lastSuccess, err := meter.Float64ObservableGauge("tollgate.config.last_reload_success_timestamp",
+	lastSuccess, err := meter.Float64ObservableGauge(prefix+"last_reload_success_timestamp",
 		metric.WithDescription("Unix time of the last successful descriptor configuration load."),
 		metric.WithUnit("s"))
 	if err != nil {
 		return nil, err
 	}
-	lastOK, err := meter.Int64ObservableGauge("tollgate.config.last_reload_successful",
+	lastOK, err := meter.Int64ObservableGauge(prefix+"last_reload_successful",
 		metric.WithDescription("Whether the latest descriptor configuration load succeeded (1) or failed (0)."))
 	if err != nil {
 		return nil, err
 	}
-	info, err := meter.Int64ObservableGauge("tollgate.config.info",
+	info, err := meter.Int64ObservableGauge(prefix+"info",
 		metric.WithDescription("Always 1; the hash attribute identifies the live descriptor configuration."))
 	if err != nil {
 		return nil, err

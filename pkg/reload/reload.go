@@ -93,6 +93,18 @@ type Options struct {
 	OnChange func(*descriptor.Tree)
 	// History is how many events History keeps; 0 means DefaultHistory.
 	History int
+	// Set names a rule set other than the live one, such as "shadow": its
+	// logs carry that component instead of "reload", and its metrics are
+	// named tollgate_<Set>_config_* instead of tollgate_config_*, so that
+	// two Reloaders can share a logger and a meter provider.
+	Set string
+	// StartBroken lets New succeed when the first load of Dir fails: the
+	// failure is recorded, counted and logged like a failed reload's,
+	// Current returns nil until a load succeeds, and Run watches Dir as
+	// usual. The live rules never start broken; a rule set the service
+	// can do without, such as the shadow rules, must not keep it from
+	// starting.
+	StartBroken bool
 }
 
 // DefaultHistory is how many events History keeps when Options.History is
@@ -149,10 +161,12 @@ type Reloader struct {
 	source   string // dir, or Options.Source without one
 	load     func(dir string) (*descriptor.Tree, error)
 	onChange func(*descriptor.Tree)
-	debounce time.Duration
-	log      *slog.Logger
-	now      func() time.Time
-	metrics  *metrics
+	// startBroken is Options.StartBroken.
+	startBroken bool
+	debounce    time.Duration
+	log         *slog.Logger
+	now         func() time.Time
+	metrics     *metrics
 
 	current atomic.Pointer[descriptor.Tree]
 
@@ -188,6 +202,7 @@ func New(opts Options) (*Reloader, error) {
 		source:      opts.Dir,
 		load:        opts.Load,
 		onChange:    opts.OnChange,
+		startBroken: opts.StartBroken,
 		debounce:    opts.Debounce,
 		historySize: cmp.Or(opts.History, DefaultHistory),
 		log:         opts.Logger,
@@ -207,11 +222,12 @@ func New(opts Options) (*Reloader, error) {
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
+	component := cmp.Or(opts.Set, "reload")
 	if r.dir != "" {
-		r.log = r.log.With(slog.String("component", "reload"), slog.String("dir", r.dir))
+		r.log = r.log.With(slog.String("component", component), slog.String("dir", r.dir))
 	} else {
 		r.source = cmp.Or(opts.Source, "external")
-		r.log = r.log.With(slog.String("component", "reload"), slog.String("source", r.source))
+		r.log = r.log.With(slog.String("component", component), slog.String("source", r.source))
 	}
 	if r.now == nil {
 		r.now = time.Now
@@ -220,7 +236,7 @@ func New(opts Options) (*Reloader, error) {
 	if mp == nil {
 		mp = noop.NewMeterProvider()
 	}
-	m, err := newMetrics(mp, r)
+	m, err := newMetrics(mp, opts.Set, r)
 	if err != nil {
 		return nil, fmt.Errorf("reload: creating metrics: %w", err)
 	}
@@ -233,7 +249,7 @@ func New(opts Options) (*Reloader, error) {
 		}
 		return r, nil
 	}
-	if err := r.apply("initial"); err != nil {
+	if err := r.apply("initial"); err != nil && !r.startBroken {
 		// Nothing will serve the gauges; the counter keeps the failure.
 		_ = m.observer.Unregister()
 		return nil, err
@@ -396,17 +412,25 @@ func (r *Reloader) recordFailure(reason string, err, cause error) {
 	r.mu.Unlock()
 	r.metrics.failure()
 
-	if r.dir != "" && r.current.Load() == nil {
+	if r.dir != "" && r.current.Load() == nil && !r.startBroken {
 		// The initial load: New returns the error to the caller.
 		return
 	}
 	if repeated {
-		r.log.Warn("descriptor configuration still broken; previous tree stays live",
+		msg := "descriptor configuration still broken; previous tree stays live"
+		if live == "" {
+			msg = "descriptor configuration still broken; no tree loaded yet"
+		}
+		r.log.Warn(msg,
 			slog.String("reason", reason), slog.String("live_hash", live))
 		return
 	}
 	msgs := errorLines(cause)
-	r.log.Error("descriptor configuration rejected; previous tree stays live",
+	msg := "descriptor configuration rejected; previous tree stays live"
+	if live == "" {
+		msg = "descriptor configuration rejected; no tree loaded yet"
+	}
+	r.log.Error(msg,
 		slog.String("reason", reason), slog.String("live_hash", live),
 		slog.Int("error_count", len(msgs)), slog.Any("errors", msgs))
 }

@@ -154,6 +154,60 @@ func TestNewFailsOnBrokenConfig(t *testing.T) {
 	}
 }
 
+// TestStartBroken checks a Reloader of another rule set that may start
+// broken: New succeeds with no tree, the failure is logged under the
+// set's component and counted in the set's metrics, and a fixed file is
+// picked up by the watch.
+func TestStartBroken(t *testing.T) {
+	t.Parallel()
+	tel, err := telemetry.Setup(t.Context(), telemetry.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "x.yaml"), "broken")
+	logs := &logtest.Buffer{}
+	f := &fakeLoader{}
+	r, err := reload.New(reload.Options{
+		Dir: dir, Load: f.load, Debounce: 20 * time.Millisecond, Set: "shadow", StartBroken: true,
+		Logger: slog.New(slog.NewJSONHandler(logs, nil)), MeterProvider: tel.MeterProvider(),
+	})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	if r.Current() != nil {
+		t.Fatal("Current() is a tree after a broken first load")
+	}
+	if st := r.Status(); st.Failures != 1 || st.Reloads != 0 || st.LastError == nil {
+		t.Fatalf("Status() = %+v, want one failure", st)
+	}
+	recs := records(t, logs)
+	if len(recs) != 1 || recs[0]["level"] != "ERROR" || recs[0]["component"] != "shadow" ||
+		recs[0]["msg"] != "descriptor configuration rejected; no tree loaded yet" {
+		t.Fatalf("logs = %v, want one error of component shadow", recs)
+	}
+	body := scrape(t, tel)
+	for _, want := range []string{
+		`tollgate_shadow_config_reloads_total\{[^}]*result="failure"[^}]*\} 1`,
+		`tollgate_shadow_config_last_reload_successful 0`,
+	} {
+		if !regexp.MustCompile(`(?m)^` + want + `$`).MatchString(body) {
+			t.Errorf("scrape has no line matching %s; got:\n%s", want, grep(body, "tollgate_"))
+		}
+	}
+	if strings.Contains(body, "tollgate_config_") {
+		t.Errorf("the shadow set's metrics are named as the live rules':\n%s", grep(body, "tollgate_config_"))
+	}
+
+	start(t, r)
+	write(t, filepath.Join(dir, "x.yaml"), "fixed")
+	polltest.Eventually(t, wait, func() bool { return r.Current() != nil }, "the fixed file was not loaded")
+	if got := f.saw(); got != "x.yaml=fixed" {
+		t.Errorf("loader saw %q, want x.yaml=fixed", got)
+	}
+}
+
 func TestNewLoadsInitialTree(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
