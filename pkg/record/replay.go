@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
@@ -73,8 +74,25 @@ func Replay(ctx context.Context, inputs []Input, opts ReplayOptions) (*Report, e
 		return nil, err
 	}
 	start := time.Now()
-	for _, f := range files {
-		if err := rp.file(ctx, f); err != nil {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	batches := make(chan batch, 4)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { read(ctx, files, batches) })
+	for b := range batches {
+		if b.begins {
+			rp.begin(b.file)
+		}
+		for i := range b.lines {
+			if err := rp.line(b.file, &b.lines[i]); err != nil {
+				return nil, err
+			}
+		}
+		if b.err != nil {
+			return nil, b.err
+		}
+		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
 	}
@@ -135,7 +153,6 @@ type replayer struct {
 
 	rep      Report
 	rows     map[ruleKey]*ruleRow
-	checked  int64 // calls since ctx was last consulted
 	recorded string
 	began    time.Time // the earliest header's start
 }
@@ -211,8 +228,62 @@ func (rp *replayer) overrides() *override.Set {
 	return rp.overSet
 }
 
-// file replays the lines of one input.
-func (rp *replayer) file(ctx context.Context, f inputFile) error {
+// batchLines is the number of decoded lines handed over at once.
+const batchLines = 256
+
+// batch is decoded lines of one file, or its beginning; err ends the
+// reading.
+type batch struct {
+	file   *inputFile
+	begins bool
+	lines  []Line
+	err    error
+}
+
+// read decodes the lines of files in order, beside the decisions, and
+// hands them over in batches to out, which it closes at the end or when
+// ctx ends.
+func read(ctx context.Context, files []inputFile, out chan<- batch) {
+	defer close(out)
+	send := func(b batch) bool {
+		select {
+		case out <- b:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	for i := range files {
+		f := &files[i]
+		if !send(batch{file: f, begins: true}) {
+			return
+		}
+		lines := make([]Line, 0, batchLines)
+		for {
+			l, err := f.r.Next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				send(batch{file: f, lines: lines, err: fmt.Errorf("%s: %w", f.name, err)})
+				return
+			}
+			if lines = append(lines, l); len(lines) == batchLines {
+				if !send(batch{file: f, lines: lines}) {
+					return
+				}
+				lines = make([]Line, 0, batchLines)
+			}
+		}
+		if len(lines) > 0 && !send(batch{file: f, lines: lines}) {
+			return
+		}
+	}
+}
+
+// begin starts replaying the lines of a file: its header's overrides are
+// those live.
+func (rp *replayer) begin(f *inputFile) {
 	h := f.header
 	rp.key = h.Key
 	if rp.recorded == "" {
@@ -228,40 +299,30 @@ func (rp *replayer) file(ctx context.Context, f inputFile) error {
 	if rp.rep.Sample == 0 || h.Sample < rp.rep.Sample {
 		rp.rep.Sample = h.Sample
 	}
-	// A file's header holds the overrides live when it began.
 	clear(rp.live)
 	for _, o := range h.Overrides {
 		rp.live[o.ID] = o
 	}
 	rp.overDirt = true
-	for {
-		l, err := f.r.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
+}
+
+// line replays one line of f.
+func (rp *replayer) line(f *inputFile, l *Line) error {
+	switch {
+	case l.Call != nil:
+		if err := rp.call(l.Call); err != nil {
+			return fmt.Errorf("%s: line %d: %w", f.name, l.Number, err)
 		}
-		if err != nil {
-			return fmt.Errorf("%s: %w", f.name, err)
+	case l.Override != nil:
+		switch l.Override.Change {
+		case ChangeCreated:
+			rp.live[l.Override.Override.ID] = l.Override.Override
+		case ChangeDeleted:
+			delete(rp.live, l.Override.Override.ID)
 		}
-		switch {
-		case l.Call != nil:
-			if err := rp.call(l.Call); err != nil {
-				return fmt.Errorf("%s: line %d: %w", f.name, l.Number, err)
-			}
-		case l.Override != nil:
-			switch l.Override.Change {
-			case ChangeCreated:
-				rp.live[l.Override.Override.ID] = l.Override.Override
-			case ChangeDeleted:
-				delete(rp.live, l.Override.Override.ID)
-			}
-			rp.overDirt = true
-		}
-		if rp.checked++; rp.checked&4095 == 0 {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-		}
+		rp.overDirt = true
 	}
+	return nil
 }
 
 // at returns the replay's instant of a recorded time.
