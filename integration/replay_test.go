@@ -134,8 +134,8 @@ func TestReplayCountsLikeAnIndependentCount(t *testing.T) {
 			row := rep.Row("api", "client")
 			want := record.RuleReport{Domain: "api", Rule: "client", RequestsBefore: int64(calls), Requests: int64(calls),
 				RejectedBefore: sum(rejectedLive), RejectedAfter: sum(after),
-				NewlyRejected: record.Clients{Total: sum(newly), Top: top(newly, 10)},
-				NewlyAdmitted: record.Clients{Total: sum(admitted), Top: top(admitted, 10)}}
+				NewlyRejected: record.Clients{Total: sum(newly), Clients: len(newly), Top: top(newly, 10)},
+				NewlyAdmitted: record.Clients{Total: sum(admitted), Clients: len(admitted), Top: top(admitted, 10)}}
 			if fmt.Sprint(row) != fmt.Sprint(want) {
 				t.Fatalf("rule row\n%+v\nwant\n%+v", row, want)
 			}

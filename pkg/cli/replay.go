@@ -69,10 +69,12 @@ value of one field of one limit and prints a row for each.`,
 	f.settings = app.Flags(fs)
 	f.maxNewChanged = func() bool { return fs.Changed("max-new-rejections") }
 	completeSettings(cmd)
-	_ = cmd.MarkFlagRequired("traffic")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if len(args) > 0 {
 			return usageError("replay takes no arguments; the rules are --config-dir's")
+		}
+		if len(f.traffic) == 0 {
+			return usageError("--traffic names the recording files to replay")
 		}
 		return c.replay(cmd.Context(), f)
 	}
@@ -199,14 +201,22 @@ func writeSweep(w io.Writer, tune descriptor.Tune, rows []sweepRow) error {
 	if tune.Limit != "" {
 		limit = " limit " + tune.Limit
 	}
-	fmt.Fprintf(w, "Sweep of %s of %s %s%s:\n\n", tune.Field, tune.Domain, tune.Rule, limit)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, strings.ToUpper(tune.Field)+"\tREQUESTS\tREJECTED BEFORE\tAFTER\tNEWLY REJECTED\tNEWLY ADMITTED\tCALLS NEWLY REJECTED\t")
+	fmt.Fprintf(w, "Sweep of %s of %s %s%s; before is %s:\n\n", tune.Field, tune.Domain, tune.Rule, limit, before(rows))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, strings.ToUpper(tune.Field)+"\tREQUESTS\tREJECTED\tNEWLY REJECTED\tNEWLY ADMITTED\tCALLS NEWLY REJECTED")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%.2f%%\t\n", r.Value, r.Rule.Requests, r.Rule.RejectedBefore, r.Rule.RejectedAfter,
+		fmt.Fprintf(tw, "%d\t%d\t%d → %d\t%d\t%d\t%.2f%%\n", r.Value, r.Rule.Requests, r.Rule.RejectedBefore, r.Rule.RejectedAfter,
 			r.Rule.NewlyRejected.Total, r.Rule.NewlyAdmitted.Total, r.Report.NewRejectionShare())
 	}
 	return tw.Flush()
+}
+
+// before says what the rows' before is.
+func before(rows []sweepRow) string {
+	if len(rows) > 0 && rows[0].Report.Baseline == record.BaselineReplayed {
+		return "the baseline rules"
+	}
+	return "the recorded answers"
 }
 
 func writeJSON(w io.Writer, v any) error {

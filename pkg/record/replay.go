@@ -504,8 +504,8 @@ func (rp *replayer) report(elapsed time.Duration) *Report {
 		if r.Rule == "" && r.RejectedBefore == 0 && r.RejectedAfter == 0 {
 			continue // descriptors no rule decided, admitted throughout
 		}
-		r.NewlyRejected.Top = topClients(r.rejected, rp.opts.Top)
-		r.NewlyAdmitted.Top = topClients(r.admitted, rp.opts.Top)
+		r.NewlyRejected.Clients, r.NewlyRejected.Top = len(r.rejected), topClients(r.rejected, rp.opts.Top)
+		r.NewlyAdmitted.Clients, r.NewlyAdmitted.Top = len(r.admitted), topClients(r.admitted, rp.opts.Top)
 		rep.Rules = append(rep.Rules, r.RuleReport)
 	}
 	slices.SortFunc(rep.Rules, func(a, b RuleReport) int {

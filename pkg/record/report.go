@@ -116,10 +116,12 @@ func (r *Report) Row(domain, rule string) RuleReport {
 // none after.
 func (r *RuleReport) Unmatched() bool { return r.Rule != "" && r.RequestsBefore > 0 && r.Requests == 0 }
 
-// Clients counts descriptors and lists the clients of the most.
+// Clients counts descriptors and their clients, and lists the clients
+// of the most.
 type Clients struct {
-	Total int64         `json:"total"`
-	Top   []ClientCount `json:"top"`
+	Total   int64         `json:"total"`
+	Clients int           `json:"clients"`
+	Top     []ClientCount `json:"top"`
 }
 
 // ClientCount is a client and its count.
@@ -195,6 +197,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	sep := "\n"
 	for _, row := range r.Rules {
 		for _, list := range []struct {
 			what string
@@ -203,11 +206,15 @@ func (r *Report) WriteText(w io.Writer) error {
 			if list.c.Total == 0 {
 				continue
 			}
-			fmt.Fprintf(&b, "\n%s %s, clients %s:", row.Domain, ruleName(row.Rule), list.what)
+			fmt.Fprintf(&b, "%s%s %s, clients %s:", sep, row.Domain, ruleName(row.Rule), list.what)
 			for _, c := range list.c.Top {
 				fmt.Fprintf(&b, " %s (%d)", c.Client, c.Count)
 			}
+			if more := list.c.Clients - len(list.c.Top); more > 0 {
+				fmt.Fprintf(&b, " and %d more", more)
+			}
 			b.WriteString("\n")
+			sep = ""
 		}
 	}
 	var gone []string
