@@ -96,7 +96,17 @@ func TestCachedFleet(t *testing.T) {
 					t.Run(name, func(t *testing.T) {
 						l := algorithm.Limit{Kind: kind, Requests: requests, Period: 1_000_000}
 						run := runRedisFleet(t, d, l, name, split.goroutines)
-						judgeFleet(t, name, l, run)
+						err := judgeFleet(t, name, l, run)
+						if err != nil && run.longest >= stalled.Microseconds() {
+							// The bound on false rejections assumes Redis
+							// answers in time; a machine that stops the
+							// fleet for this long breaks that, not tollgate.
+							t.Logf("%v, but a call took %v: the machine stalled; running it again", err, time.Duration(run.longest)*time.Microsecond)
+							err = judgeFleet(t, name, l, runRedisFleet(t, d, l, name+"/again", split.goroutines))
+						}
+						if err != nil {
+							t.Error(err)
+						}
 					})
 				}
 			}
@@ -241,9 +251,16 @@ func decisionPaths(t *testing.T, reader *sdkmetric.ManualReader) map[string]int6
 	return paths
 }
 
-// judgeFleet checks each counter's admissions against l's guarantee and
-// logs the figures.
-func judgeFleet(t *testing.T, name string, l algorithm.Limit, run fleetRun) {
+// stalled is the longest call after which a fleet run's false
+// rejections are not judged at once but the run is made again: the
+// longest calls of runs here are 2–40 ms, and the runs that failed the
+// bound had a call of over 100 ms, the machine stopping the fleet.
+const stalled = 80 * time.Millisecond
+
+// judgeFleet checks each counter's admissions against l's guarantee,
+// failing t on a breach, logs the figures, and returns an error when
+// the false rejections pass their bound.
+func judgeFleet(t *testing.T, name string, l algorithm.Limit, run fleetRun) error {
 	t.Helper()
 	var sum judged
 	byKey := map[int][]fleetEvent{}
@@ -281,8 +298,9 @@ func judgeFleet(t *testing.T, name string, l algorithm.Limit, run fleetRun) {
 		100*float64(local)/float64(max(total, 1)), run.paths["local"], run.paths["over_limit"], run.paths["renewal_wait"], run.paths["strict"],
 		sum.straddling, run.longest)
 	if rate >= 0.001 {
-		t.Errorf("%d false rejections, %.3f %% of the %d hits admitted, want below 0.1 %%", sum.falses, 100*rate, sum.admitted)
+		return fmt.Errorf("%d false rejections, %.3f %% of the %d hits admitted, want below 0.1 %%", sum.falses, 100*rate, sum.admitted)
 	}
+	return nil
 }
 
 // judged is what judgeCounter found on one counter.
