@@ -74,7 +74,24 @@
 //     with several decisions at once, lines may be out of time order by
 //     the time a decision takes.
 //
-// What it does not guarantee: a line queued in the instant a recording
+// # Replay
+//
+// Replay decides the calls of a recording again, through one rule set or
+// two (a change and its baseline), each on a memory store of its own, on
+// a virtual clock: the engine and the store both read the call's t, so a
+// recording made on the memory store, replayed through the rules it was
+// made under, gives back every recorded answer. The overrides of each
+// file's header, and those created and deleted while recording, apply
+// from the instant they were recorded. What a replay cannot know it
+// reports, with the number of answers it concerns (Reproduction): the
+// counters' hits from before the recording began; hits the recording
+// lacks (other instances sharing a Redis counter, clients not sampled,
+// dropped lines, counters reset through the admin API); answers the store
+// gave without counting as the memory store does (failure modes, cached
+// precision); rules reloaded while recording. The lines are decoded in a
+// goroutine of their own and handed over in batches.
+//
+// What the recorder does not guarantee: a line queued in the instant a recording
 // stops may be lost without being counted, and a process killed without
 // a shutdown loses what was queued but not written. A file that takes no
 // writes (a hung disk, a pipe nobody reads) stalls only the recording:
