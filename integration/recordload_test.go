@@ -242,23 +242,13 @@ func recordDropped(t *testing.T, svc *service) int64 {
 func decided(t *testing.T, svc *service, client string) int64 {
 	t.Helper()
 	body := fmt.Sprintf(`{"domain":"bench","descriptors":[{"entries":[{"key":"client","value":%q}]}]}`, client)
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+svc.adminAddr+"/v1/remaining", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+apptest.EnvToken)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
 	var out struct {
 		Statuses []struct {
 			Remaining *uint32 `json:"remaining"`
 		} `json:"statuses"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("POST /v1/remaining: %s: %v", resp.Status, err)
+	if code := apptest.SendJSON(t, http.MethodPost, "http://"+svc.adminAddr+"/v1/remaining", apptest.EnvToken, body, &out); code != http.StatusOK {
+		t.Fatalf("POST /v1/remaining: %d", code)
 	}
 	if len(out.Statuses) != 1 || out.Statuses[0].Remaining == nil {
 		t.Fatalf("POST /v1/remaining for %s: %+v, want one status with what remains", client, out)

@@ -117,7 +117,15 @@ func Send(t testing.TB, method, url, token, body string) int {
 // returns the status code; a call or an answer that fails fails the test.
 func GetJSON(t testing.TB, url, token string, v any) int {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	return SendJSON(t, http.MethodGet, url, token, "", v)
+}
+
+// SendJSON calls url with method and body (none if empty) presenting
+// token, decodes its JSON answer into v and returns the status code; a
+// call or an answer that fails fails the test.
+func SendJSON(t testing.TB, method, url, token, body string, v any) int {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +136,7 @@ func GetJSON(t testing.TB, url, token string, v any) int {
 	}
 	defer resp.Body.Close()
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
-		t.Fatalf("GET %s: %s: %v", url, resp.Status, err)
+		t.Fatalf("%s %s: %s: %v", method, url, resp.Status, err)
 	}
 	return resp.StatusCode
 }
