@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -764,6 +765,15 @@ func TestWaitersGiveUpOnAHungRedis(t *testing.T) {
 			})
 			l := algorithm.Limit{Kind: algorithm.FixedWindow, Requests: 1_000_000, Period: 3_600_000_000}
 			leased := []store.Hit{{Domain: "d", Entries: []store.Entry{{Key: "k", Value: "leased"}}, Limit: l, Cost: 1, Cached: true}}
+			// Two checks first, decided strictly: a counter seen once is
+			// too sparse to lease, one seen twice at once is not.
+			check := slices.Clone(leased)
+			check[0].Cost = 0
+			for range 2 {
+				if err := s.Apply(context.Background(), check, make([]algorithm.Verdict, 1)); err != nil {
+					t.Fatal(err)
+				}
+			}
 			srv.Stop()
 			first := make(chan error, 1)
 			go func() { first <- s.Apply(firstCtx, leased, make([]algorithm.Verdict, 1)) }()

@@ -476,16 +476,18 @@ func (r RedisSettings) clientConfig() (redis.ClientConfig, error) {
 	return cfg, nil
 }
 
-// LeaseSettings tune precision cached (cached.Options.RenewInterval and
-// Lifetime).
+// LeaseSettings tune precision cached (cached.Options.RenewInterval,
+// Lifetime and MaxLifetime).
 type LeaseSettings struct {
-	Interval time.Duration `mapstructure:"lease-interval"`
-	Lifetime time.Duration `mapstructure:"lease-lifetime"`
+	Interval    time.Duration `mapstructure:"lease-interval"`
+	Lifetime    time.Duration `mapstructure:"lease-lifetime"`
+	MaxLifetime time.Duration `mapstructure:"lease-max-lifetime"`
 }
 
 func (LeaseSettings) flags(fs *pflag.FlagSet) {
 	fs.Duration("lease-interval", 100*time.Millisecond, "precision cached: the span of local demand a lease is sized for, and how often leases are renewed and expired ones returned")
-	fs.Duration("lease-lifetime", 0, "precision cached: longest a token-bucket lease may be spent; the fleet admits in any interval d at most what the bucket admits in d + this (0: 5 × --lease-interval)")
+	fs.Duration("lease-lifetime", 0, "precision cached: how long a token-bucket lease granted from a bucket at most half full may be spent; while a bucket stays so, the fleet admits in any interval d at most what the bucket admits in d + this (0: 5 × --lease-interval)")
+	fs.Duration("lease-max-lifetime", 30*time.Second, "precision cached: how long a token-bucket lease granted from a full bucket may be spent (fuller than half: in proportion between --lease-lifetime and this)")
 }
 
 func (l LeaseSettings) validate() []error {
@@ -495,6 +497,9 @@ func (l LeaseSettings) validate() []error {
 	}
 	if l.Lifetime < 0 {
 		errs = append(errs, fmt.Errorf("lease-lifetime: must not be negative, got %v", l.Lifetime))
+	}
+	if l.MaxLifetime < 0 {
+		errs = append(errs, fmt.Errorf("lease-max-lifetime: must not be negative, got %v", l.MaxLifetime))
 	}
 	return errs
 }

@@ -120,6 +120,7 @@ func (c *storeChain) buildRedis(s Settings, logger *slog.Logger, meters metric.M
 		Leaser:        c.breaker,
 		RenewInterval: s.Leases.Interval,
 		Lifetime:      s.Leases.Lifetime,
+		MaxLifetime:   s.Leases.MaxLifetime,
 		MeterProvider: meters,
 		Logger:        logger,
 	})

@@ -41,11 +41,14 @@ type Options struct {
 	// RenewInterval is the span of demand a lease is sized for, and the
 	// tick of the background work (expiry, idle returns); 0 means 100 ms.
 	RenewInterval time.Duration
-	// Lifetime bounds a token-bucket lease: the fleet admits in any
-	// interval d at most what the strict bucket admits in d + Lifetime.
-	// 0 means 5 × RenewInterval. Window leases last until their window
-	// ends.
+	// Lifetime bounds a token-bucket lease granted with half its bucket
+	// left or less; one granted from a fuller bucket lives longer, up to
+	// MaxLifetime from a full one (see the package doc). 0 means 5 ×
+	// RenewInterval. Window leases last until their window ends.
 	Lifetime time.Duration
+	// MaxLifetime bounds a token-bucket lease granted from a full bucket;
+	// 0 means 30 s, and a MaxLifetime below Lifetime means Lifetime.
+	MaxLifetime time.Duration
 	// IdleAfter is how long a counter may go without a hit before its
 	// lease is returned and it is forgotten; 0 means 1 s.
 	IdleAfter time.Duration
@@ -67,6 +70,7 @@ type Options struct {
 
 const (
 	defaultRenewInterval = 100 * time.Millisecond
+	defaultMaxLifetime   = 30 * time.Second
 	defaultIdleAfter     = time.Second
 	defaultTimeout       = time.Second
 	defaultMaxKeys       = 1_000_000
@@ -89,6 +93,9 @@ const (
 	// stays that near its limit.
 	strictBelow = 4 * shareDivisor
 	aheadBelow  = 2 * strictBelow
+	// maxIdle bounds how long a counter without a lease is kept without
+	// a hit (see counter.idleAfter).
+	maxIdle = time.Minute
 )
 
 // Store is a store.Store that decides cached hits from leases and passes
@@ -100,7 +107,8 @@ type Store struct {
 	now      func() int64 // µs
 	interval int64        // µs
 	lifetime time.Duration
-	idle     int64 // µs
+	longest  time.Duration // MaxLifetime
+	idle     int64         // µs
 	timeout  time.Duration
 	perShard int
 	seed     maphash.Seed
@@ -154,6 +162,7 @@ func New(opts Options) *Store {
 		done:     make(chan struct{}),
 	}
 	s.lifetime = orDefault(opts.Lifetime, 5*time.Duration(s.interval)*time.Microsecond)
+	s.longest = max(s.lifetime, orDefault(opts.MaxLifetime, defaultMaxLifetime))
 	clock := opts.Now
 	if clock == nil {
 		clock = time.Now
@@ -241,6 +250,7 @@ func (s *Store) evict(sh *shard) {
 	if victim != nil {
 		s.remove(sh, victim)
 		s.m.evictions.Add(1)
+		s.wake() // give its lease back now, not at the next tick
 	}
 }
 

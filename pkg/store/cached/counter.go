@@ -49,6 +49,9 @@ type counter struct {
 	used              int64
 	rateAt            int64
 	rateCur, ratePrev int64
+	// gap is the average time between this counter's hits here, in µs
+	// (halved towards each new gap); 0 until its second hit.
+	gap int64
 }
 
 // grant is a lease held and how much of it is spent.
@@ -77,6 +80,13 @@ func (c *counter) identity() store.Hit {
 // touch records a hit at now for the demand estimate.
 func (c *counter) touch(h *store.Hit, now, interval int64) {
 	c.limit = h.Limit
+	if c.used != 0 {
+		g := max(1, now-c.used)
+		if c.gap != 0 {
+			g = (c.gap + g) / 2
+		}
+		c.gap = g
+	}
 	c.used = now
 	if d := now - c.rateAt; d >= interval {
 		c.ratePrev = c.rateCur
@@ -139,13 +149,74 @@ func (c *counter) spend(s *Store, h *store.Hit, d *decision, v *algorithm.Verdic
 	case c.overUntil > now:
 		*v = c.over(now)
 		return spendOver
-	case c.leftAt(now) < strictBelow:
+	case c.leftAt(now) < strictBelow || c.expected(s, now) < 2:
 		// Near the limit a lease would be a single hit held while others
-		// starve: decide strictly, as the shared counter would.
+		// starve, and for a counter whose hits are too sparse to spend
+		// one, it would cost a reservation and a return where one strict
+		// call does: decide strictly, as the shared counter would.
 		d.inner, d.strict, d.probe = true, h.Cost, true
 		return spendStrict
 	}
 	return spendEmpty
+}
+
+// idleAfter returns how long c may go without a hit before it is
+// forgotten: IdleAfter, or four of its average gaps; and while it holds
+// no lease, until its window ends (at most maxIdle), so that a counter
+// seen a few times a window learns its gap and leases for the rest.
+func (c *counter) idleAfter(s *Store) int64 {
+	d := max(s.idle, 4*c.gap)
+	if c.room() == 0 && c.limit.Kind != algorithm.TokenBucket {
+		d = max(d, min(c.limit.Period, maxIdle.Microseconds()))
+	}
+	return d
+}
+
+// horizon returns how long a lease granted at now may be spent, in µs:
+// until its window ends, or a token bucket's lifetime.
+func (c *counter) horizon(s *Store, now int64) int64 {
+	if c.limit.Kind == algorithm.TokenBucket {
+		return c.lifetime(s).Microseconds()
+	}
+	return c.limit.Period - now%c.limit.Period
+}
+
+// lifetime returns how long a token-bucket lease of c may live:
+// Lifetime while the bucket held half its capacity or less at the last
+// answer, growing with what it held above that to MaxLifetime for a full
+// bucket. A bucket far from empty can lend for long without anyone
+// noticing: its unspent leases, each at most a 64th of what was left,
+// are all the fleet can admit beyond the strict bucket.
+func (c *counter) lifetime(s *Store) time.Duration {
+	l := c.limit
+	if l.Requests <= 0 || l.Period <= 0 {
+		return s.lifetime
+	}
+	// What a full bucket reports left: above one token per µs, its
+	// credit in µs (see algorithm's token bucket).
+	full := float64(l.Capacity()) * min(1, float64(l.Period)/float64(l.Requests))
+	over := 2*float64(c.left) - full // above half, doubled
+	if over <= 0 {
+		return s.lifetime
+	}
+	return s.lifetime + time.Duration(float64(s.longest-s.lifetime)*min(1, over/full))
+}
+
+// expected returns the hits this instance is expected to see on c within
+// a lease's horizon from now, the hit at hand included: from the average
+// gap between its hits, or its recent demand, whichever is more; 1 for a
+// counter seen once.
+func (c *counter) expected(s *Store, now int64) int64 {
+	h := c.horizon(s, now)
+	n := int64(1)
+	if c.gap > 0 {
+		n = max(n, h/c.gap)
+	}
+	if c.ratePrev > 0 {
+		// A steady demand over the last whole interval.
+		n = max(n, c.ratePrev*h/s.interval)
+	}
+	return n
 }
 
 // take spends n hits from the grants in order, recording them in d.
@@ -202,24 +273,34 @@ func countdown(d time.Duration, elapsed int64) time.Duration {
 	return max(0, d-time.Duration(elapsed)*time.Microsecond)
 }
 
-// request is the reservation c asks for: about one RenewInterval of its
-// recent demand (for a window, of what is left of it, if less), at least
-// need, at most the counter's remainder at the last grant over
-// shareDivisor (but at least one).
+// request is the reservation c asks for: the demand expected until its
+// window ends, or over a bucket lease's life when it is extended, and at
+// least one RenewInterval of its recent demand (of what is left of a
+// window, if less); at least need, at most the counter's remainder at the
+// last grant over shareDivisor (but at least one).
 func (c *counter) request(s *Store, need int64) store.LeaseRequest {
 	now := s.now()
 	left := c.leftAt(now)
 	want := max(1, c.rateCur, c.ratePrev)
-	if c.limit.Kind != algorithm.TokenBucket {
+	switch {
+	case c.limit.Kind != algorithm.TokenBucket:
 		// What is unspent when the window ends is lost to the fleet
 		// until then, and weighs on the next sliding window.
 		if rest := c.limit.Period - now%c.limit.Period; rest < s.interval {
 			want = (want*rest + s.interval - 1) / s.interval
 		}
+		// Far from the limit, the lease covers the demand expected until
+		// the window ends: a counter seen a few times a window reserves
+		// once a window.
+		want = max(want, c.expected(s, now))
+	case c.lifetime(s) > s.lifetime:
+		// A bucket far from empty lends for longer: the demand expected
+		// over the lease's life.
+		want = max(want, c.expected(s, now))
 	}
 	want = min(want, max(1, left/shareDivisor))
 	want = max(want, need)
-	lifetime := s.lifetime
+	lifetime := c.lifetime(s)
 	if c.limit.Kind != algorithm.TokenBucket {
 		lifetime = time.Duration(c.limit.Period) * time.Microsecond // the window ends it
 	}
@@ -378,5 +459,17 @@ func (c *counter) release(s *Store) {
 			s.queueReturn(c, g.lease, g.lease.Hits-g.spent)
 		}
 		*g = grant{}
+	}
+}
+
+// forgo drops, without a return, the grants whose unspent hits are not
+// worth a call at now (see owed): an idle counter's, before it is
+// forgotten.
+func (c *counter) forgo(s *Store, now int64) {
+	for i := range c.grants {
+		g := &c.grants[i]
+		if g.lease.Hits > 0 && !c.owed(g.lease, g.lease.Hits-g.spent, now, s.interval) {
+			*g = grant{}
+		}
 	}
 }

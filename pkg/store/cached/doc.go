@@ -17,9 +17,15 @@
 //   - Sliding-window counter: the same, and the previous window's weight
 //     only falls during a window, so a leased hit spent later finds the
 //     estimate no higher than at the grant.
-//   - Token bucket: a lease lasts at most Options.Lifetime (500 ms by
-//     default), so the fleet admits in any interval d at most what the
-//     strict bucket admits in d + Lifetime.
+//   - Token bucket: the fleet admits in any interval at most what the
+//     strict bucket admits in it plus the tokens leased and unspent at its
+//     start, each lease at most a 64th of what the bucket held at its
+//     grant. A lease granted from a bucket at most half full lasts
+//     Options.Lifetime (500 ms by default); one from a fuller bucket lives
+//     longer, in proportion, up to Options.MaxLifetime (30 s) from a full
+//     one: a bucket far from empty can lend for long, as nobody is near
+//     its limit. While a bucket stays at most half full the bound is the
+//     old one: at most what the strict bucket admits in d + Lifetime.
 //   - Sliding-window log: never leased; its hits go to the inner store,
 //     as do the hits of rules whose precision is strict (Hit.Cached false)
 //     and every hit under a penalty (Hit.Penalty), whatever its precision:
@@ -48,25 +54,39 @@
 //
 // # Lease size and renewal
 //
-// A lease asks for one RenewInterval (100 ms) of this counter's recent
-// local demand (the hits of the current or previous interval, whichever is
-// larger; for a window that ends sooner, the demand of what is left of
-// it), at least the hit waiting for it, and at most what the counter held
-// for everyone at the last answer divided by 64 (shareDivisor): a holder
-// takes a small share of what is left, so leases shrink as the counter
-// fills. Below 256 left (strictBelow), a hit no lease covers is decided
-// strictly by the inner store, and below 512 left (aheadBelow) nothing is
-// reserved ahead, so near its limit a counter behaves exactly as a strict
-// one; the verdicts of those strict hits tell the counter how much is
-// left, and leasing resumes when it is more (a new window, a refilled
-// bucket). "Left" after a window ends is the whole limit for a fixed
-// window, but for a sliding-window counter only what the previous window's
-// weight leaves of it, that window taken to hold what the last answer had
-// used: a full window weighs nearly fully at the start of the next.
+// A lease is reserved only where it saves calls: for a counter this
+// instance expects to see at least twice within the lease's horizon (its
+// window's end; a token bucket's Lifetime), from the average gap between
+// its hits here and its demand over the last RenewInterval. A counter seen
+// once, or too sparse to spend a lease, is decided by one strict call of
+// the inner store, with no reservation ahead and nothing to give back, so
+// that on any traffic cached costs the shared store at most the calls
+// strict does. (A counter keeps its gap while it holds no lease until its
+// window ends, at most a minute, or four of its gaps.)
+//
+// A window's lease asks for the demand expected until the window ends —
+// a counter seen a few times a window reserves once a window and spends
+// the rest locally —, a token bucket's for the demand expected over a
+// lease's life when it is longer than Lifetime (a bucket more than half
+// full) and otherwise for one RenewInterval (100 ms) of its recent local
+// demand (the hits of the current or previous interval, whichever is
+// larger); at least the hit waiting for it, and at most what
+// the counter held for everyone at the last answer divided by 64
+// (shareDivisor): a holder takes a small share of what is left, so leases
+// shrink as the counter fills. Below 256 left (strictBelow), a hit no
+// lease covers is decided strictly by the inner store, and below 512 left
+// (aheadBelow) nothing is reserved ahead, so near its limit a counter
+// behaves exactly as a strict one; the verdicts of those strict hits tell
+// the counter how much is left, and leasing resumes when it is more (a new
+// window, a refilled bucket). "Left" after a window ends is the whole
+// limit for a fixed window, but for a sliding-window counter only what
+// the previous window's weight leaves of it, that window taken to hold
+// what the last answer had used: a full window weighs nearly fully at the
+// start of the next.
 //
 // A renewal is queued when a quarter of the last grant or less is left
-// (or a bucket lease ends within a RenewInterval), one in flight per
-// counter; the Store's goroutine sends all queued renewals in one Reserve
+// (or a bucket lease ends within a RenewInterval) and the counter expects
+// at least two more hits within the horizon, one in flight per counter; the Store's goroutine sends all queued renewals in one Reserve
 // call, so many counters share a round trip. A hit that finds its lease
 // empty waits for the renewal in flight within its context, or reserves
 // itself (the renewal_wait path); after three tries it is decided
@@ -129,7 +149,7 @@
 //
 // Unspent hits go back (algorithm.Return, batched in one Return call per
 // tick) when a lease reaches its Until, when a counter has had no hit for
-// IdleAfter (1 s), when a counter is evicted to stay within MaxKeys, when
+// IdleAfter (1 s) or four of its average gaps, whichever is longer, when a counter is evicted to stay within MaxKeys, when
 // Reset or Drop forget it (package fleet's Handler calls Reset after a
 // reload that changed the rules, and Drop for the counters a changed
 // override covers), and on Close. A lease that reaches its Until is not

@@ -99,9 +99,10 @@ func (s *Store) maybeRenew(c *counter, now int64) {
 	if c.renewing != nil || c.queued || c.gone || c.overUntil > now {
 		return
 	}
-	if c.leftAt(now) < aheadBelow {
+	if c.leftAt(now) < aheadBelow || c.expected(s, now) < 2 {
 		// Near the limit a hit reserved ahead may sit here while another
-		// instance is refused it: reserve only on demand.
+		// instance is refused it, and a counter too sparse to spend it
+		// would give it back: reserve only on demand.
 		return
 	}
 	room := c.room()
@@ -247,7 +248,8 @@ func (s *Store) sweep(now int64) {
 		sh.mu.Lock()
 		for _, c := range sh.m {
 			c.expire(s, now)
-			if now-c.used >= s.idle && c.renewing == nil && !c.queued {
+			if now-c.used >= c.idleAfter(s) && c.renewing == nil && !c.queued {
+				c.forgo(s, now)
 				s.remove(sh, c)
 			}
 		}
