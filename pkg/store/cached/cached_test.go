@@ -695,7 +695,7 @@ func TestNeverCostlierThanStrict(t *testing.T) {
 		most     int64
 		reserves bool
 	}{
-		{"a bucket hit every 2 s", bucket, 1, 2 * time.Second, 30, 30, false},
+		{"a bucket hit every 2 s", bucket, 1, 2 * time.Second, 30, 8, true},
 		{"many keys hit once", bucket, 100, time.Second, 1, 100, false},
 		{"a minute's window hit every 5 s", minute, 1, 5 * time.Second, 36, 8, true},
 		{"an unreachable bucket hit twice a second", unreachable, 1, 500 * time.Millisecond, 120, 6, true},

@@ -162,12 +162,17 @@ func (c *counter) spend(s *Store, h *store.Hit, d *decision, v *algorithm.Verdic
 
 // idleAfter returns how long c may go without a hit before it is
 // forgotten: IdleAfter, or four of its average gaps; and while it holds
-// no lease, until its window ends (at most maxIdle), so that a counter
-// seen a few times a window learns its gap and leases for the rest.
+// no lease, as long as a lease would live (a window, a bucket lease's
+// lifetime; at most maxIdle), so that a counter seen a few times in that
+// span learns its gap and leases for the rest.
 func (c *counter) idleAfter(s *Store) int64 {
 	d := max(s.idle, 4*c.gap)
-	if c.room() == 0 && c.limit.Kind != algorithm.TokenBucket {
-		d = max(d, min(c.limit.Period, maxIdle.Microseconds()))
+	if c.room() == 0 {
+		life := c.limit.Period
+		if c.limit.Kind == algorithm.TokenBucket {
+			life = c.lifetime(s).Microseconds()
+		}
+		d = max(d, min(life, maxIdle.Microseconds()))
 	}
 	return d
 }

@@ -61,8 +61,9 @@
 // once, or too sparse to spend a lease, is decided by one strict call of
 // the inner store, with no reservation ahead and nothing to give back, so
 // that on any traffic cached costs the shared store at most the calls
-// strict does. (A counter keeps its gap while it holds no lease until its
-// window ends, at most a minute, or four of its gaps.)
+// strict does. (A counter without a lease is kept, to learn its gap, as
+// long as a lease would live — its window, a bucket lease's lifetime — at
+// most a minute, or four of its gaps.)
 //
 // A window's lease asks for the demand expected until the window ends —
 // a counter seen a few times a window reserves once a window and spends
