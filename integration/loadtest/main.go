@@ -15,6 +15,10 @@
 // floor's, the decisions made without a Redis round trip, Redis CPU per
 // decision, and open-loop latency.
 //
+// With -redis-latency, the cached section runs again with Redis that far
+// from the tollgates, behind a latency proxy (toxiproxy, run by this
+// program itself with -serve-proxy, pinned beside Redis).
+//
 // A fourth section, flood, floods tollgate with unique keys and samples its
 // resident memory, to check that the memory of the memory store and of the
 // local fallback of an unreachable Redis follows their key caps, not the
@@ -79,6 +83,9 @@ type config struct {
 	runs          int
 	floodDuration time.Duration
 	sections      map[string]bool
+	// latencies are the round trips added between the cached section's
+	// tollgates and Redis, one pass of the section each; 0 is none.
+	latencies []time.Duration
 }
 
 func main() {
@@ -88,13 +95,27 @@ func main() {
 	flag.IntVar(&cfg.runs, "runs", 3, "runs per Redis scenario; the median is reported")
 	flag.DurationVar(&cfg.floodDuration, "flood-duration", 15*time.Second, "length of each unique-key flood")
 	only := flag.String("only", "", "comma-separated sections to run: redis, overlimit, cached, flood (default: all)")
+	latencies := flag.String("redis-latency", "0", "cached section: comma-separated round trips to add between tollgate and Redis through a latency proxy, one pass each; 0 is direct (e.g. 0,0.5ms,2ms)")
+	proxyTarget := flag.String("serve-proxy", "", "internal: serve a latency proxy in front of this address (see -proxy-latency), print its address and run until stdin closes")
+	proxyLatency := flag.Duration("proxy-latency", 0, "internal: the round trip -serve-proxy adds")
 	flag.Parse()
+	if *proxyTarget != "" {
+		if err := serveProxy(*proxyTarget, *proxyLatency); err != nil {
+			fmt.Fprintln(os.Stderr, "loadtest:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	sections, err := parseSections(*only)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "loadtest:", err)
 		os.Exit(2)
 	}
 	cfg.sections = sections
+	if cfg.latencies, err = parseLatencies(*latencies); err != nil {
+		fmt.Fprintln(os.Stderr, "loadtest:", err)
+		os.Exit(2)
+	}
 	if err := run(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "loadtest:", err)
 		os.Exit(1)
@@ -116,6 +137,26 @@ func parseSections(only string) (map[string]bool, error) {
 		sections[name] = true
 	}
 	return sections, nil
+}
+
+// parseLatencies reads the -redis-latency flag.
+func parseLatencies(list string) ([]time.Duration, error) {
+	var out []time.Duration
+	for field := range strings.SplitSeq(list, ",") {
+		field = strings.TrimSpace(field)
+		d, err := time.ParseDuration(field)
+		if field == "0" {
+			d, err = 0, nil
+		}
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("-redis-latency: %q is not a duration of 0 or more", field)
+		}
+		if slices.Contains(out, d) {
+			return nil, fmt.Errorf("-redis-latency: %v given twice", d)
+		}
+		out = append(out, d)
+	}
+	return out, nil
 }
 
 // scenario is one load shape.
