@@ -89,37 +89,67 @@ type config struct {
 }
 
 func main() {
-	var cfg config
-	flag.StringVar(&cfg.bin, "bin", "bin/tollgate", "the tollgate binary")
-	flag.DurationVar(&cfg.duration, "duration", 8*time.Second, "length of each measured run of a Redis scenario")
-	flag.IntVar(&cfg.runs, "runs", 3, "runs per Redis scenario; the median is reported")
-	flag.DurationVar(&cfg.floodDuration, "flood-duration", 15*time.Second, "length of each unique-key flood")
-	only := flag.String("only", "", "comma-separated sections to run: redis, overlimit, cached, flood (default: all)")
-	latencies := flag.String("redis-latency", "0", "cached section: comma-separated round trips to add between tollgate and Redis through a latency proxy, one pass each; 0 is direct (e.g. 0,0.5ms,2ms)")
-	proxyTarget := flag.String("serve-proxy", "", "internal: serve a latency proxy in front of this address (see -proxy-latency), print its address and run until stdin closes")
-	proxyLatency := flag.Duration("proxy-latency", 0, "internal: the round trip -serve-proxy adds")
-	flag.Parse()
-	if *proxyTarget != "" {
-		if err := serveProxy(*proxyTarget, *proxyLatency); err != nil {
+	cfg, proxy, err := parseFlags(os.Args[1:])
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "loadtest:", err)
+		}
+		os.Exit(2)
+	}
+	if proxy.target != "" {
+		if err := serveProxy(proxy.target, proxy.latency); err != nil {
 			fmt.Fprintln(os.Stderr, "loadtest:", err)
 			os.Exit(1)
 		}
 		return
 	}
-	sections, err := parseSections(*only)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "loadtest:", err)
-		os.Exit(2)
-	}
-	cfg.sections = sections
-	if cfg.latencies, err = parseLatencies(*latencies); err != nil {
-		fmt.Fprintln(os.Stderr, "loadtest:", err)
-		os.Exit(2)
-	}
 	if err := run(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "loadtest:", err)
 		os.Exit(1)
 	}
+}
+
+// proxyRequest is what -serve-proxy asks: serve a latency proxy instead
+// of load testing.
+type proxyRequest struct {
+	target  string
+	latency time.Duration
+}
+
+// parseFlags reads the command line.
+func parseFlags(args []string) (config, proxyRequest, error) {
+	var cfg config
+	var proxy proxyRequest
+	fs, only, latencies := newFlagSet(&cfg, &proxy)
+	if err := fs.Parse(args); err != nil {
+		return cfg, proxy, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, proxy, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	var err error
+	if cfg.sections, err = parseSections(*only); err != nil {
+		return cfg, proxy, err
+	}
+	if cfg.latencies, err = parseLatencies(*latencies); err != nil {
+		return cfg, proxy, err
+	}
+	return cfg, proxy, nil
+}
+
+// newFlagSet returns the load test's flags, which set cfg and proxy but
+// for -only and -redis-latency, returned unparsed.
+func newFlagSet(cfg *config, proxy *proxyRequest) (fs *flag.FlagSet, only, latencies *string) {
+	fs = flag.NewFlagSet("loadtest", flag.ContinueOnError)
+	fs.StringVar(&cfg.bin, "bin", "bin/tollgate", "the tollgate binary")
+	fs.DurationVar(&cfg.duration, "duration", 8*time.Second, "length of each measured run of a Redis scenario")
+	fs.IntVar(&cfg.runs, "runs", 3, "runs per Redis scenario; the median is reported")
+	fs.DurationVar(&cfg.floodDuration, "flood-duration", 15*time.Second, "length of each unique-key flood")
+	only = fs.String("only", "", "comma-separated sections to run: redis, overlimit, cached, flood (default: all)")
+	latencies = fs.String("redis-latency", "0", "cached section: comma-separated round trips to add between tollgate and Redis through a latency proxy, one pass each; 0 is direct (e.g. 0,0.5ms,2ms)")
+	fs.StringVar(&proxy.target, "serve-proxy", "", "internal: serve a latency proxy in front of this address (see -proxy-latency), print its address and run until stdin closes")
+	fs.DurationVar(&proxy.latency, "proxy-latency", 0, "internal: the round trip -serve-proxy adds")
+	return fs, only, latencies
 }
 
 // parseSections reads the -only flag; empty selects every section.
