@@ -11,9 +11,12 @@
 // reports each one's medians and resident memory.
 //
 // A third section, cached, measures leased budgets (precision: cached)
-// beside strict decisions and the floor: throughput as a share of the
-// floor's, the decisions made without a Redis round trip, Redis CPU per
-// decision, and open-loop latency.
+// beside strict decisions and the floor, on three tollgates over one
+// Redis: each load strict and cached in turn (Zipf and uniform keys, a
+// limit nobody reaches, and an API mix split over the three), with
+// throughput as a share of the floor's, the decisions made without a
+// Redis round trip, Redis script calls and CPU per decision, every latency
+// percentile, and the accuracy of the same runs (see accuracy.go).
 //
 // With -redis-latency, the cached section runs again with Redis that far
 // from the tollgates, behind a latency proxy (toxiproxy, run by this
