@@ -17,7 +17,6 @@ import (
 	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/pkg/app"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
-	"github.com/tollgatehq/tollgate/pkg/limiter"
 	"github.com/tollgatehq/tollgate/pkg/rlsclient"
 )
 
@@ -130,7 +129,7 @@ func (c latencyCall) lateOrFailed() string {
 // refused by the breaker the strict rules opened. In every phase no
 // call fails or ends past its deadline (plus deadlineSlack, the client's
 // own time): tollgate keeps --deadline-margin of the caller's deadline to
-// answer in.
+// answer in (see spikeMargin for the margin the test gives it).
 //
 // A run in which the machine stalled (a call with Redis near, before or
 // after the spike, took longer than the whole deadline) and that failed
@@ -160,14 +159,18 @@ func TestRedisLatencySpike(t *testing.T) {
 	}
 }
 
-// spikeMargin is the --deadline-margin of TestRedisLatencySpike: the
-// default, and more under the race detector, which slows every step of
-// the answer that follows the store's deadline.
+// spikeMargin is the --deadline-margin of TestRedisLatencySpike. The
+// default, 2 ms, is too thin for this test on a shared two-core machine:
+// a strict call waiting on Redis answers 1–2 ms after the store's
+// deadline (Go's timers, which wake the blocked Redis read, fire up to a
+// millisecond late in an idle process) and so ended 0.1–0.6 ms past
+// Envoy's deadline in about one run in four. The test keeps 5 ms, and
+// 8 ms under the race detector, which slows every step of the answer.
 func spikeMargin() time.Duration {
 	if raceEnabled {
-		return 5 * time.Millisecond
+		return 8 * time.Millisecond
 	}
-	return limiter.DefaultDeadlineMargin
+	return 5 * time.Millisecond
 }
 
 // latencySpikeRun is one run of TestRedisLatencySpike with Redis base
