@@ -11,9 +11,16 @@
 // reports each one's medians and resident memory.
 //
 // A third section, cached, measures leased budgets (precision: cached)
-// beside strict decisions and the floor: throughput as a share of the
-// floor's, the decisions made without a Redis round trip, Redis CPU per
-// decision, and open-loop latency.
+// beside strict decisions and the floor, on three tollgates over one
+// Redis: each load strict and cached in turn (Zipf and uniform keys, a
+// limit nobody reaches, and an API mix split over the three), with
+// throughput as a share of the floor's, the decisions made without a
+// Redis round trip, Redis script calls and CPU per decision, every latency
+// percentile, and the accuracy of the same runs (see accuracy.go).
+//
+// With -redis-latency, the cached section runs again with Redis that far
+// from the tollgates, behind a latency proxy (toxiproxy, run by this
+// program itself with -serve-proxy, pinned beside Redis).
 //
 // A fourth section, flood, floods tollgate with unique keys and samples its
 // resident memory, to check that the memory of the memory store and of the
@@ -79,26 +86,73 @@ type config struct {
 	runs          int
 	floodDuration time.Duration
 	sections      map[string]bool
+	// latencies are the round trips added between the cached section's
+	// tollgates and Redis, one pass of the section each; 0 is none.
+	latencies []time.Duration
 }
 
 func main() {
-	var cfg config
-	flag.StringVar(&cfg.bin, "bin", "bin/tollgate", "the tollgate binary")
-	flag.DurationVar(&cfg.duration, "duration", 8*time.Second, "length of each measured run of a Redis scenario")
-	flag.IntVar(&cfg.runs, "runs", 3, "runs per Redis scenario; the median is reported")
-	flag.DurationVar(&cfg.floodDuration, "flood-duration", 15*time.Second, "length of each unique-key flood")
-	only := flag.String("only", "", "comma-separated sections to run: redis, overlimit, cached, flood (default: all)")
-	flag.Parse()
-	sections, err := parseSections(*only)
+	cfg, proxy, err := parseFlags(os.Args[1:])
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "loadtest:", err)
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "loadtest:", err)
+		}
 		os.Exit(2)
 	}
-	cfg.sections = sections
+	if proxy.target != "" {
+		if err := serveProxy(proxy.target, proxy.latency); err != nil {
+			fmt.Fprintln(os.Stderr, "loadtest:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "loadtest:", err)
 		os.Exit(1)
 	}
+}
+
+// proxyRequest is what -serve-proxy asks: serve a latency proxy instead
+// of load testing.
+type proxyRequest struct {
+	target  string
+	latency time.Duration
+}
+
+// parseFlags reads the command line.
+func parseFlags(args []string) (config, proxyRequest, error) {
+	var cfg config
+	var proxy proxyRequest
+	fs, only, latencies := newFlagSet(&cfg, &proxy)
+	if err := fs.Parse(args); err != nil {
+		return cfg, proxy, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, proxy, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	var err error
+	if cfg.sections, err = parseSections(*only); err != nil {
+		return cfg, proxy, err
+	}
+	if cfg.latencies, err = parseLatencies(*latencies); err != nil {
+		return cfg, proxy, err
+	}
+	return cfg, proxy, nil
+}
+
+// newFlagSet returns the load test's flags, which set cfg and proxy but
+// for -only and -redis-latency, returned unparsed.
+func newFlagSet(cfg *config, proxy *proxyRequest) (fs *flag.FlagSet, only, latencies *string) {
+	fs = flag.NewFlagSet("loadtest", flag.ContinueOnError)
+	fs.StringVar(&cfg.bin, "bin", "bin/tollgate", "the tollgate binary")
+	fs.DurationVar(&cfg.duration, "duration", 8*time.Second, "length of each measured run of a Redis scenario")
+	fs.IntVar(&cfg.runs, "runs", 3, "runs per Redis scenario; the median is reported")
+	fs.DurationVar(&cfg.floodDuration, "flood-duration", 15*time.Second, "length of each unique-key flood")
+	only = fs.String("only", "", "comma-separated sections to run: redis, overlimit, cached, flood (default: all)")
+	latencies = fs.String("redis-latency", "0", "cached section: comma-separated round trips to add between tollgate and Redis through a latency proxy, one pass each; 0 is direct (e.g. 0,0.5ms,2ms)")
+	fs.StringVar(&proxy.target, "serve-proxy", "", "internal: serve a latency proxy in front of this address (see -proxy-latency), print its address and run until stdin closes")
+	fs.DurationVar(&proxy.latency, "proxy-latency", 0, "internal: the round trip -serve-proxy adds")
+	return fs, only, latencies
 }
 
 // parseSections reads the -only flag; empty selects every section.
@@ -116,6 +170,26 @@ func parseSections(only string) (map[string]bool, error) {
 		sections[name] = true
 	}
 	return sections, nil
+}
+
+// parseLatencies reads the -redis-latency flag.
+func parseLatencies(list string) ([]time.Duration, error) {
+	var out []time.Duration
+	for field := range strings.SplitSeq(list, ",") {
+		field = strings.TrimSpace(field)
+		d, err := time.ParseDuration(field)
+		if field == "0" {
+			d, err = 0, nil
+		}
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("-redis-latency: %q is not a duration of 0 or more", field)
+		}
+		if slices.Contains(out, d) {
+			return nil, fmt.Errorf("-redis-latency: %v given twice", d)
+		}
+		out = append(out, d)
+	}
+	return out, nil
 }
 
 // scenario is one load shape.

@@ -108,6 +108,13 @@ type Options struct {
 	Seed uint64
 	// TLS is how the connections dial; the zero value dials plain text.
 	TLS rlsclient.TLS
+	// KeyWindow, when positive, counts every key's OK and OVER_LIMIT
+	// answers per window of this length, aligned to the Unix epoch by
+	// the time each call was sent, warm-up included, into
+	// Result.KeyCounts: what a judge of a limit's accuracy needs of a
+	// run. It costs a map update per answer, and memory and output per
+	// key and window seen.
+	KeyWindow time.Duration
 }
 
 // Flags registers the options as command-line flags on fs, with the Default
@@ -134,6 +141,8 @@ func (o *Options) Flags(fs *pflag.FlagSet) {
 	fs.Uint32Var(&o.Hits, "hits", 0, "request hits_addend (0 means 1)")
 	fs.DurationVar(&o.Timeout, "timeout", DefaultTimeout, "deadline of each call")
 	fs.Uint64Var(&o.Seed, "seed", 0, "seed of the key choice")
+	fs.DurationVar(&o.KeyWindow, "key-window", 0,
+		"count each key's OK and OVER_LIMIT answers per window of this length, by send time, warm-up included, into key_counts (0: off)")
 	o.TLS.Flags(fs)
 }
 
@@ -219,6 +228,9 @@ func (o *Options) Validate() error {
 	if o.Timeout < 0 {
 		bad("--timeout must not be negative, got %s", o.Timeout)
 	}
+	if o.KeyWindow < 0 {
+		bad("--key-window must not be negative, got %s", o.KeyWindow)
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", ErrInvalidOptions, errors.Join(errs...))
 	}
@@ -244,9 +256,18 @@ func (o Options) MarshalJSON() ([]byte, error) {
 		Timeout      string   `json:"timeout"`
 		Seed         uint64   `json:"seed"`
 		TLS          bool     `json:"tls,omitempty"`
+		KeyWindow    string   `json:"key_window,omitempty"`
 	}{
 		o.Addr, o.Domain, o.Descriptors, o.Keys, o.Distribution, o.ZipfS, o.Concurrency, o.Conns, o.Rate,
 		o.Duration.String(), o.Requests, o.Warmup.String(), o.Hits, o.Timeout.String(), o.Seed,
-		o.TLS != (rlsclient.TLS{}),
+		o.TLS != (rlsclient.TLS{}), keyWindowString(o.KeyWindow),
 	})
+}
+
+// keyWindowString is the JSON form of Options.KeyWindow: empty when off.
+func keyWindowString(d time.Duration) string {
+	if d <= 0 {
+		return ""
+	}
+	return d.String()
 }

@@ -27,7 +27,7 @@ func TestValidate(t *testing.T) {
 		{name: "everything set", opts: valid(func(o *Options) {
 			*o = Options{Addr: "rls:8081", Domain: "api", Descriptors: []string{"a=1", "b={key}"}, Keys: 10,
 				Distribution: Zipf, ZipfS: 1.5, Concurrency: 4, Conns: 4, Rate: 100, Duration: time.Second,
-				Requests: 10, Warmup: time.Second, Hits: 2, Timeout: time.Second, Seed: 3}
+				Requests: 10, Warmup: time.Second, Hits: 2, Timeout: time.Second, Seed: 3, KeyWindow: time.Second}
 		})},
 		{name: "no domain", opts: valid(func(o *Options) { o.Domain = "" }),
 			want: "invalid load options: --domain is required"},
@@ -62,6 +62,8 @@ func TestValidate(t *testing.T) {
 			want: "invalid load options: --warmup must not be negative, got -1ms"},
 		{name: "negative timeout", opts: valid(func(o *Options) { o.Timeout = -time.Second }),
 			want: "invalid load options: --timeout must not be negative, got -1s"},
+		{name: "negative key window", opts: valid(func(o *Options) { o.KeyWindow = -time.Second }),
+			want: "invalid load options: --key-window must not be negative, got -1s"},
 		{name: "several errors at once", opts: Options{Keys: -1},
 			want: "invalid load options: --domain is required\nat least one --descriptor is required\n--keys must be at least 1, got -1"},
 	}
@@ -122,6 +124,7 @@ func TestFlags(t *testing.T) {
 			"--descriptor", "api_key=k{key},endpoint=/search", "--descriptor", "tenant=t{key}",
 			"--keys", "500", "--dist", "zipf", "--zipf-s", "1.3", "-c", "32", "--conns", "4", "--rate", "2500.5",
 			"--duration", "30s", "-n", "100000", "--warmup", "5s", "--hits", "3", "--timeout", "250ms", "--seed", "42",
+			"--key-window", "1s",
 		}
 		if err := fs.Parse(args); err != nil {
 			t.Fatal(err)
@@ -130,7 +133,7 @@ func TestFlags(t *testing.T) {
 			Addr: "rls:9000", Domain: "api", Descriptors: []string{"api_key=k{key},endpoint=/search", "tenant=t{key}"},
 			Keys: 500, Distribution: Zipf, ZipfS: 1.3, Concurrency: 32, Conns: 4, Rate: 2500.5,
 			Duration: 30 * time.Second, Requests: 100000, Warmup: 5 * time.Second, Hits: 3,
-			Timeout: 250 * time.Millisecond, Seed: 42,
+			Timeout: 250 * time.Millisecond, Seed: 42, KeyWindow: time.Second,
 		}
 		if !reflect.DeepEqual(o, want) {
 			t.Errorf("parsed =\n%+v\nwant\n%+v", o, want)

@@ -1,6 +1,8 @@
 package loadgen
 
 import (
+	"cmp"
+	"slices"
 	"sync"
 	"time"
 
@@ -59,6 +61,89 @@ type Result struct {
 	ClientCPUPerRequestUS float64 `json:"client_cpu_us_per_request"`
 	// Options are the options of the run, defaults filled in.
 	Options Options `json:"options"`
+	// KeyCounts, with Options.KeyWindow, holds every key's answers in
+	// every window it was sent in, by key, then window.
+	KeyCounts []KeyCount `json:"key_counts,omitempty"`
+}
+
+// KeyCount is one key's OK and OVER_LIMIT answers to the calls sent in
+// one window of Options.KeyWindow (failed calls are not counted). A call
+// was decided between its send and its answer, so an OK answered after
+// its window ended (OKLate) may have been counted by the service in the
+// next window; the others were decided within theirs. Times are Unix
+// microseconds.
+type KeyCount struct {
+	Key       uint64 `json:"key"`
+	Start     int64  `json:"start_us"`
+	OK        int64  `json:"ok"`
+	OverLimit int64  `json:"over_limit"`
+	OKLate    int64  `json:"ok_late"`
+	// First and Last are the send times of the window's first and last
+	// counted call.
+	First int64 `json:"first_us"`
+	Last  int64 `json:"last_us"`
+}
+
+// keyWindow names one key's window: the key and the window's start.
+type keyWindow struct {
+	key   uint64
+	start int64
+}
+
+// keyCounter counts one worker's answers by key and window.
+type keyCounter struct {
+	window int64 // µs
+	counts map[keyWindow]*KeyCount
+}
+
+// count adds the answer a to key's call sent at sent and answered at
+// done.
+func (c *keyCounter) count(key uint64, sent, done time.Time, a answer) {
+	at := sent.UnixMicro()
+	id := keyWindow{key, at - at%c.window}
+	kc := c.counts[id]
+	if kc == nil {
+		kc = &KeyCount{Key: key, Start: id.start, First: at}
+		c.counts[id] = kc
+	}
+	kc.First, kc.Last = min(kc.First, at), max(kc.Last, at)
+	if a.overall == uint64(rlsv3.RateLimitResponse_OVER_LIMIT) {
+		kc.OverLimit++
+		return
+	}
+	kc.OK++
+	if done.UnixMicro() >= id.start+c.window {
+		kc.OKLate++
+	}
+}
+
+// mergeKeyCounts merges the workers' counts, sorted by key and window.
+func mergeKeyCounts(counters []*keyCounter) []KeyCount {
+	all := map[keyWindow]*KeyCount{}
+	for _, c := range counters {
+		for id, kc := range c.counts {
+			m := all[id]
+			if m == nil {
+				all[id] = kc
+				continue
+			}
+			m.OK += kc.OK
+			m.OverLimit += kc.OverLimit
+			m.OKLate += kc.OKLate
+			m.First, m.Last = min(m.First, kc.First), max(m.Last, kc.Last)
+		}
+	}
+	out := make([]KeyCount, 0, len(all))
+	for _, kc := range all {
+		out = append(out, *kc)
+	}
+	slices.SortFunc(out, func(a, b KeyCount) int {
+		if c := cmp.Compare(a.Key, b.Key); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Start, b.Start)
+	})
+	return out
 }
 
 // Latency is a latency summary in microseconds. Percentiles come from an

@@ -56,6 +56,13 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		h.Merge(r.shards[i].h)
 	}
 	res := total.result(o, h, r.measureStart, cpu)
+	if o.KeyWindow > 0 {
+		counters := make([]*keyCounter, len(r.workers))
+		for i, w := range r.workers {
+			counters[i] = w.keys
+		}
+		res.KeyCounts = mergeKeyCounts(counters)
+	}
 	if ctx.Err() != nil {
 		return res, fmt.Errorf("load run interrupted: %w", context.Cause(ctx))
 	}
@@ -98,6 +105,8 @@ type runner struct {
 	drainEnd     time.Time // open loop: late requests are abandoned; zero without a Duration
 
 	claimed atomic.Int64 // closed loop: recorded requests started
+
+	workers []*worker
 
 	next      atomic.Int64 // open loop: the next slot to claim
 	warmSlots int64        // open loop: slots before this one are warm-up
@@ -148,6 +157,9 @@ func (r *runner) run(ctx context.Context) *tally {
 			shard:   &r.shards[i%len(r.shards)],
 			nextKey: newKeyChooser(o, i),
 		}
+		if o.KeyWindow > 0 {
+			w.keys = &keyCounter{window: max(o.KeyWindow.Microseconds(), 1), counts: map[keyWindow]*KeyCount{}}
+		}
 		workers[i] = w
 		if o.Rate > 0 {
 			wg.Go(func() { r.openLoop(ctx, w) })
@@ -156,6 +168,7 @@ func (r *runner) run(ctx context.Context) *tally {
 		}
 	}
 	wg.Wait()
+	r.workers = workers
 
 	total := &tally{}
 	for _, w := range workers {
@@ -176,6 +189,7 @@ type worker struct {
 	nextKey func() uint64
 	x       exchange
 	digits  [maxKeyDigits]byte
+	keys    *keyCounter // with Options.KeyWindow
 	tally
 }
 
@@ -253,11 +267,19 @@ func (r *runner) openLoop(ctx context.Context, w *worker) {
 // call sends one request for the worker's next key; a recorded call's
 // latency runs from from to the answer.
 func (r *runner) call(ctx context.Context, w *worker, from time.Time, recorded bool) {
-	w.x.request = r.enc.encode(w.nextKey(), w.digits[:0])
+	key := w.nextKey()
+	w.x.request = r.enc.encode(key, w.digits[:0])
+	var sent time.Time
+	if w.keys != nil {
+		sent = time.Now()
+	}
 	callCtx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
 	err := w.conn.Invoke(callCtx, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, &w.x, &w.x, r.callOpts...)
 	cancel()
 	done := time.Now()
+	if w.keys != nil && err == nil {
+		w.keys.count(key, sent, done, w.x.answer)
+	}
 	switch {
 	case !recorded:
 		w.warmup++

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -263,6 +264,70 @@ func TestRunKeyDistribution(t *testing.T) {
 	}
 	if len(uniform) != 20 {
 		t.Errorf("uniform reached %d of 20 keys", len(uniform))
+	}
+}
+
+// TestRunKeyCounts counts every answer, warm-up included, under its key
+// and the window it was sent in.
+func TestRunKeyCounts(t *testing.T) {
+	f := &fakeRLS{overLimit: map[string]bool{"k1": true}}
+	addr := serve(t, f)
+	res, err := Run(testContext(t), Options{
+		Addr: addr, Domain: "api", Descriptors: []string{"api_key=k{key}"}, Keys: 3,
+		Requests: 300, Warmup: 20 * time.Millisecond, Concurrency: 3, KeyWindow: time.Hour,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, _, _, byKey := f.snapshot()
+	got := map[string]int{}
+	var late int64
+	for i, kc := range res.KeyCounts {
+		if i > 0 && (kc.Key < res.KeyCounts[i-1].Key || kc.Key == res.KeyCounts[i-1].Key && kc.Start <= res.KeyCounts[i-1].Start) {
+			t.Errorf("key counts out of order: %+v after %+v", kc, res.KeyCounts[i-1])
+		}
+		if kc.Start%time.Hour.Microseconds() != 0 || kc.First < kc.Start || kc.Last < kc.First ||
+			kc.Last >= kc.Start+time.Hour.Microseconds() {
+			t.Errorf("key count %+v: want an hour's window aligned to the epoch holding its first and last send", kc)
+		}
+		if kc.Key == 1 && kc.OK != 0 || kc.Key != 1 && kc.OverLimit != 0 {
+			t.Errorf("key count %+v: key 1 is over its limit, the others are not", kc)
+		}
+		got[fmt.Sprintf("k%d", kc.Key)] += int(kc.OK + kc.OverLimit)
+		late += kc.OKLate
+	}
+	if !maps.Equal(got, byKey) {
+		t.Errorf("answers counted by key %v, the server's calls by key %v", got, byKey)
+	}
+	if late > 10 {
+		t.Errorf("%d OK answers counted after their hour's window ended", late)
+	}
+	if b, _ := json.Marshal(res); !strings.Contains(string(b), `"key_window":"1h0m0s"`) {
+		t.Errorf("JSON %s does not give the key window", b)
+	}
+}
+
+// TestKeyCounter counts an OK answered after its window ended as late,
+// in the window it was sent in.
+func TestKeyCounter(t *testing.T) {
+	c := &keyCounter{window: 1_000_000, counts: map[keyWindow]*KeyCount{}}
+	at := func(us int64) time.Time { return time.UnixMicro(us) }
+	ok, over := answer{overall: uint64(rlsv3.RateLimitResponse_OK)}, answer{overall: uint64(rlsv3.RateLimitResponse_OVER_LIMIT)}
+	c.count(7, at(5_000_100), at(5_000_200), ok)
+	c.count(7, at(5_999_900), at(6_000_100), ok) // decided in either window
+	c.count(7, at(5_999_950), at(6_000_050), over)
+	c.count(7, at(6_000_000), at(6_000_300), ok)
+	c.count(2, at(5_500_000), at(5_500_100), ok)
+	got := mergeKeyCounts([]*keyCounter{c, {window: 1_000_000, counts: map[keyWindow]*KeyCount{
+		{7, 6_000_000}: {Key: 7, Start: 6_000_000, OK: 1, First: 6_400_000, Last: 6_400_000},
+	}}})
+	want := []KeyCount{
+		{Key: 2, Start: 5_000_000, OK: 1, First: 5_500_000, Last: 5_500_000},
+		{Key: 7, Start: 5_000_000, OK: 2, OverLimit: 1, OKLate: 1, First: 5_000_100, Last: 5_999_950},
+		{Key: 7, Start: 6_000_000, OK: 2, First: 6_000_000, Last: 6_400_000},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("key counts =\n%+v\nwant\n%+v", got, want)
 	}
 }
 
