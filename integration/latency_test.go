@@ -17,6 +17,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/pkg/app"
 	"github.com/tollgatehq/tollgate/pkg/descriptor"
+	"github.com/tollgatehq/tollgate/pkg/limiter"
 	"github.com/tollgatehq/tollgate/pkg/rlsclient"
 )
 
@@ -159,18 +160,17 @@ func TestRedisLatencySpike(t *testing.T) {
 	}
 }
 
-// spikeMargin is the --deadline-margin of TestRedisLatencySpike. The
-// default, 2 ms, is too thin for this test on a shared two-core machine:
-// a strict call waiting on Redis answers 1–2 ms after the store's
-// deadline (Go's timers, which wake the blocked Redis read, fire up to a
-// millisecond late in an idle process) and so ended 0.1–0.6 ms past
-// Envoy's deadline in about one run in four. The test keeps 5 ms, and
+// spikeMargin is the --deadline-margin of TestRedisLatencySpike: the
+// default, 5 ms, which keeps a strict call waiting on Redis, answered
+// 1–2 ms after the store's deadline (Go's timers, which wake the blocked
+// Redis read, fire late on a busy machine), within Envoy's (with 2 ms,
+// the old default, calls ended 0.1–0.6 ms past it in one run in four);
 // 8 ms under the race detector, which slows every step of the answer.
 func spikeMargin() time.Duration {
 	if raceEnabled {
 		return 8 * time.Millisecond
 	}
-	return 5 * time.Millisecond
+	return limiter.DefaultDeadlineMargin
 }
 
 // latencySpikeRun is one run of TestRedisLatencySpike with Redis base

@@ -527,7 +527,7 @@ type FailureSettings struct {
 
 func (FailureSettings) flags(fs *pflag.FlagSet) {
 	fs.Duration("store-timeout", 50*time.Millisecond, "redis: longest wait for one decision; a caller's earlier deadline (less --deadline-margin) wins")
-	fs.Duration("deadline-margin", 2*time.Millisecond, "time kept from a caller's deadline to answer in")
+	fs.Duration("deadline-margin", limiter.DefaultDeadlineMargin, "time kept from a caller's deadline to answer in")
 	fs.String("failure-mode", "open", "how rules that name no failure_mode answer while redis fails: open, closed or local")
 	fs.Int("breaker-failures", 5, "redis: consecutive failed decisions that open the circuit breaker")
 	fs.Duration("breaker-open-time", 2*time.Second, "redis: how long the open breaker answers without redis before it probes")

@@ -19,8 +19,11 @@ import (
 	"github.com/tollgatehq/tollgate/pkg/store"
 )
 
-// DefaultDeadlineMargin is the default of Options.DeadlineMargin.
-const DefaultDeadlineMargin = 2 * time.Millisecond
+// DefaultDeadlineMargin is the default of Options.DeadlineMargin: a
+// store call waiting on Redis answers up to 1–2 ms after its deadline
+// (the timer that ends the wait fires late on a busy machine), and the
+// answer must still reach Envoy before its own.
+const DefaultDeadlineMargin = 5 * time.Millisecond
 
 // The defaults of the request bounds in Options.
 const (
