@@ -226,6 +226,8 @@ func (a *App) build(ctx context.Context) error {
 		// on the store, so there are as many as calls commonly in flight;
 		// beyond them grpc starts goroutines as before.
 		grpc.NumStreamWorkers(streamWorkers),
+		// Encodes the answers' dynamic metadata without reflection.
+		grpc.ForceServerCodecV2(rls.Codec()),
 	}
 	grpcOpts = append(grpcOpts, s.Conns.grpcOptions()...)
 	if s.GRPCTLS.Cert != "" {

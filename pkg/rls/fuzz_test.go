@@ -141,7 +141,8 @@ descriptors:
 // answers it with a real engine over fuzzConfig: twice with a working store
 // (the second answer sees the first one's counts), once with a store that is
 // down. Every answer must be a response with one status per descriptor, each
-// OK or OVER_LIMIT, or codes.InvalidArgument. The server turns a panic into
+// OK or OVER_LIMIT, or codes.InvalidArgument, and every answer must reach
+// the wire through Codec as it is (checkWire). The server turns a panic into
 // codes.Internal, so "never Internal" is what catches panics.
 //
 // Inputs the protobuf decoder rejects, such as strings with invalid UTF-8,
@@ -175,7 +176,11 @@ func FuzzShouldRateLimit(f *testing.F) {
 		ctx := context.Background()
 		for i, s := range []*Server{up, up, down} {
 			resp, err := s.ShouldRateLimit(ctx, req)
-			if msg := checkAnswer(req, resp, err); msg != "" {
+			msg := checkAnswer(req, resp, err)
+			if msg == "" && err == nil {
+				msg = checkWire(resp)
+			}
+			if msg != "" {
 				t.Fatalf("answer %d: %s\nrequest: %s\nlogs:\n%s", i, msg, prototext.Format(req), logs.String())
 			}
 		}

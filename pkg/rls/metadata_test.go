@@ -8,6 +8,8 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -176,7 +178,8 @@ func TestRatelimitMetadata(t *testing.T) {
 
 // BenchmarkShouldRateLimitWire measures an answer as gRPC sends it,
 // marshalled, with each part of the dynamic metadata, so that their cost
-// compares within one run.
+// compares within one run: by grpc's protobuf codec ("proto") and by the
+// server's (Codec, "codec").
 func BenchmarkShouldRateLimitWire(b *testing.B) {
 	cases := []struct {
 		name string
@@ -186,23 +189,34 @@ func BenchmarkShouldRateLimitWire(b *testing.B) {
 		{"decisions", Options{}},
 		{"decisions and ratelimit's", Options{ResponseDynamicMetadata: true}},
 	}
+	codecs := []struct {
+		name  string
+		codec encoding.CodecV2
+	}{
+		{"proto", encoding.GetCodecV2(grpcproto.Name)},
+		{"codec", Codec()},
+	}
 	req := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("bench=client-1")}}
 	for _, bc := range cases {
-		b.Run(bc.name, func(b *testing.B) {
-			opts := bc.opts
-			opts.Limiter = newLimiter(b)
-			s := New(opts)
-			ctx := context.Background()
-			b.ReportAllocs()
-			for b.Loop() {
-				resp, err := s.ShouldRateLimit(ctx, req)
-				if err != nil {
-					b.Fatal(err)
+		for _, cc := range codecs {
+			b.Run(bc.name+"/"+cc.name, func(b *testing.B) {
+				opts := bc.opts
+				opts.Limiter = newLimiter(b)
+				s := New(opts)
+				ctx := context.Background()
+				b.ReportAllocs()
+				for b.Loop() {
+					resp, err := s.ShouldRateLimit(ctx, req)
+					if err != nil {
+						b.Fatal(err)
+					}
+					data, err := cc.codec.Marshal(resp)
+					if err != nil {
+						b.Fatal(err)
+					}
+					data.Free()
 				}
-				if _, err := proto.Marshal(resp); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+			})
+		}
 	}
 }

@@ -5,7 +5,9 @@
 // side it is the only package that imports Envoy's protos: the engine and
 // the HTTP API see plain Go values. (Packages rlsclient and loadgen import
 // them too, to call a rate-limit service from the query and bench
-// commands.)
+// commands.) A gRPC server of the service encodes with Codec
+// (grpc.ForceServerCodecV2), which writes an answer's dynamic metadata
+// without the protobuf runtime's reflection.
 //
 // The engine checks requests, structure and bounds alike (see
 // limiter.Options); this adapter checks only what the conversion needs, an

@@ -53,7 +53,9 @@ func (s *Store) Apply(ctx context.Context, hits []store.Hit, verdicts []algorith
 	if !leasing || s.closed.Load() {
 		s.m.paths[pathStrict].Add(int64(len(hits)))
 		err := s.inner.Apply(ctx, hits, verdicts)
-		s.observe(err)
+		if err != nil { // observe allocates, even for nil
+			s.observe(err)
+		}
 		return err
 	}
 	var inline [inlineHits]decision
