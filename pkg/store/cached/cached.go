@@ -96,6 +96,11 @@ const (
 	// maxIdle bounds how long a counter without a lease is kept without
 	// a hit (see counter.idleAfter).
 	maxIdle = time.Minute
+	// idleSweeps is how many RenewIntervals apart the sweep looks for
+	// idle counters among all of them; in between it visits only those
+	// that hold leases, so that a store of many counters kept to learn
+	// their gaps costs little to sweep.
+	idleSweeps = 10
 )
 
 // Store is a store.Store that decides cached hits from leases and passes
@@ -125,6 +130,10 @@ type Store struct {
 	refused chan struct{}
 	refusal error
 
+	// sweeps counts the calls of sweep, made by the Store's goroutine
+	// alone.
+	sweeps int
+
 	closed atomic.Bool
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -140,6 +149,10 @@ var (
 type shard struct {
 	mu sync.Mutex
 	m  map[uint64]*counter
+	// leased holds the counters of m that may hold grants: the ones the
+	// sweep of every RenewInterval visits, where the whole of m is
+	// visited once every idleSweeps.
+	leased map[uint64]*counter
 }
 
 // New returns a Store in front of opts.Inner and opts.Leaser and starts
@@ -179,6 +192,7 @@ func New(opts Options) *Store {
 	s.perShard = max(1, maxKeys/shardCount)
 	for i := range s.shards {
 		s.shards[i].m = make(map[uint64]*counter)
+		s.shards[i].leased = make(map[uint64]*counter)
 	}
 	s.m = newMetrics(opts.MeterProvider, s)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -258,6 +272,7 @@ func (s *Store) evict(sh *shard) {
 // unspent hits.
 func (s *Store) remove(sh *shard, c *counter) {
 	delete(sh.m, c.key)
+	delete(sh.leased, c.key)
 	c.gone = true
 	c.release(s)
 }

@@ -172,8 +172,10 @@
 // tokens when they refill within one RenewInterval and the counter was at
 // least 512 from its limit at the last answer (no hit near the limit
 // waits for them). The Store's one goroutine renews, returns and, every
-// RenewInterval, ends expired leases and idle counters (a scan of all
-// counters); Close stops it and returns everything.
+// RenewInterval, ends expired leases and forgets idle counters among the
+// counters that hold leases, and among all of them every tenth
+// RenewInterval (many counters are kept without a lease, to learn their
+// gaps); Close stops it and returns everything.
 //
 // # Outages
 //

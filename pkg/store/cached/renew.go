@@ -87,6 +87,9 @@ func (s *Store) finish(c *counter, r *renewal, at int64, lease algorithm.Lease, 
 	if err == nil {
 		s.m.granted(lease.Hits)
 		c.install(s, at, lease)
+		if c.room() > 0 && !c.gone {
+			sh.leased[c.key] = c
+		}
 	}
 	sh.mu.Unlock()
 }
@@ -241,16 +244,26 @@ func (s *Store) flushReturns(ctx context.Context) error {
 	return nil
 }
 
-// sweep ends expired grants and forgets counters idle for IdleAfter.
+// sweep ends expired grants, and forgets counters that have been idle
+// for long enough (see counter.idleAfter): every call for the counters
+// that hold leases, every idleSweeps-th for all of them.
 func (s *Store) sweep(now int64) {
+	s.sweeps++
+	all := s.sweeps%idleSweeps == 0
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for _, c := range sh.m {
+		visit := sh.leased
+		if all {
+			visit = sh.m
+		}
+		for _, c := range visit {
 			c.expire(s, now)
 			if now-c.used >= c.idleAfter(s) && c.renewing == nil && !c.queued {
 				c.forgo(s, now)
 				s.remove(sh, c)
+			} else if c.room() == 0 {
+				delete(sh.leased, c.key)
 			}
 		}
 		sh.mu.Unlock()
