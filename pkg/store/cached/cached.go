@@ -49,8 +49,10 @@ type Options struct {
 	// MaxLifetime bounds a token-bucket lease granted from a full bucket;
 	// 0 means 30 s, and a MaxLifetime below Lifetime means Lifetime.
 	MaxLifetime time.Duration
-	// IdleAfter is how long a counter may go without a hit before its
-	// lease is returned and it is forgotten; 0 means 1 s.
+	// IdleAfter is how long a counter may go without a hit at least
+	// before its lease is returned and it is forgotten (longer for one
+	// whose hits come further apart, or that holds no lease: see the
+	// package doc); 0 means 1 s.
 	IdleAfter time.Duration
 	// Timeout bounds a background Leaser call; 0 means 1 s.
 	Timeout time.Duration
