@@ -2,8 +2,9 @@ package main
 
 import (
 	"math"
-	"slices"
 	"time"
+
+	"github.com/tollgatehq/tollgate/pkg/loadgen"
 )
 
 // The accuracy of a run is judged from what tollgate bench counted with
@@ -35,16 +36,9 @@ import (
 // keyWindow is the window of tollgate bench's --key-window.
 const keyWindow = time.Second
 
-// keyCount is what the load test reads of one loadgen.KeyCount.
-type keyCount struct {
-	Key       uint64 `json:"key"`
-	Start     int64  `json:"start_us"`
-	OK        int64  `json:"ok"`
-	OverLimit int64  `json:"over_limit"`
-	OKLate    int64  `json:"ok_late"`
-	First     int64  `json:"first_us"`
-	Last      int64  `json:"last_us"`
-}
+// keyCount is one key's counts in one window, as tollgate bench
+// --key-window reports them.
+type keyCount = loadgen.KeyCount
 
 // judgedLimit is one limit of a scenario's rule, as the judge needs it.
 type judgedLimit struct {
@@ -82,44 +76,6 @@ type clientCapacity struct {
 	Admitted     int64   `json:"admitted"`
 	StrictAdmits int64   `json:"strict_admits"`
 	Share        float64 `json:"share"`
-}
-
-// mergeKeyCounts adds up the counts of several load processes that sent
-// the same keys, by key and window, sorted.
-func mergeKeyCounts(sets ...[]keyCount) []keyCount {
-	type id struct {
-		key   uint64
-		start int64
-	}
-	all := map[id]*keyCount{}
-	for _, set := range sets {
-		for _, kc := range set {
-			m := all[id{kc.Key, kc.Start}]
-			if m == nil {
-				c := kc
-				all[id{kc.Key, kc.Start}] = &c
-				continue
-			}
-			m.OK += kc.OK
-			m.OverLimit += kc.OverLimit
-			m.OKLate += kc.OKLate
-			m.First, m.Last = min(m.First, kc.First), max(m.Last, kc.Last)
-		}
-	}
-	out := make([]keyCount, 0, len(all))
-	for _, kc := range all {
-		out = append(out, *kc)
-	}
-	slices.SortFunc(out, func(a, b keyCount) int {
-		if a.Key != b.Key {
-			if a.Key < b.Key {
-				return -1
-			}
-			return 1
-		}
-		return int(a.Start - b.Start)
-	})
-	return out
 }
 
 // byKey splits sorted counts into each key's windows.

@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/tollgatehq/tollgate/pkg/loadgen"
 )
 
 // sec returns the Unix microseconds of second s.
@@ -80,7 +82,7 @@ func TestUnderLimit(t *testing.T) {
 }
 
 func TestJudge(t *testing.T) {
-	counts := mergeKeyCounts(
+	counts := loadgen.MergeKeyCounts(
 		[]keyCount{win(1, 0, 10, 0, 0), win(2, 0, 10, 2, 0), win(3, 0, 60, 40, 0)},
 		[]keyCount{win(1, 0, 5, 1, 0), win(3, 0, 21, 0, 0)},
 	)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+	"github.com/tollgatehq/tollgate/pkg/loadgen"
 )
 
 // sectionCached measures leased budgets (precision: cached) beside strict
@@ -484,9 +485,9 @@ func runCachedOnce(cfg config, f *cachedFleet, sc cachedScenario, token string) 
 	if sc.limits != nil {
 		// Each load's own longest call bounds when its hits were decided.
 		us := func(v float64) time.Duration { return time.Duration(v) * time.Microsecond }
-		a := judge(mergeKeyCounts(counts...), sc.limits, us(slowest))
+		a := judge(loadgen.MergeKeyCounts(counts...), sc.limits, us(slowest))
 		if len(hot) > 0 {
-			hc := mergeKeyCounts(hot...)
+			hc := loadgen.MergeKeyCounts(hot...)
 			a.add(judge(hc, sc.limits, us(slowestHot)))
 			for _, windows := range byKey(hc) {
 				a.addSaturated(capacity(windows, sc.limits))

@@ -119,12 +119,26 @@ func (c *keyCounter) count(key uint64, sent, done time.Time, a answer) {
 
 // mergeKeyCounts merges the workers' counts, sorted by key and window.
 func mergeKeyCounts(counters []*keyCounter) []KeyCount {
+	sets := make([][]KeyCount, len(counters))
+	for i, c := range counters {
+		for _, kc := range c.counts {
+			sets[i] = append(sets[i], *kc)
+		}
+	}
+	return MergeKeyCounts(sets...)
+}
+
+// MergeKeyCounts adds up counts of the same key and window, such as those
+// of several load processes that sent the same keys, and returns them
+// sorted by key and window.
+func MergeKeyCounts(sets ...[]KeyCount) []KeyCount {
 	all := map[keyWindow]*KeyCount{}
-	for _, c := range counters {
-		for id, kc := range c.counts {
+	for _, set := range sets {
+		for _, kc := range set {
+			id := keyWindow{kc.Key, kc.Start}
 			m := all[id]
 			if m == nil {
-				all[id] = kc
+				all[id] = &kc
 				continue
 			}
 			m.OK += kc.OK
