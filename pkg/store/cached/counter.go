@@ -149,25 +149,41 @@ func (c *counter) spend(s *Store, h *store.Hit, d *decision, v *algorithm.Verdic
 	case c.overUntil > now:
 		*v = c.over(now)
 		return spendOver
-	case c.leftAt(now) < strictBelow || c.expected(s, now) < 2:
+	case c.leftAt(now) < strictBelow || (c.expected(s, now) < 2 && c.freeLease(s) < 2):
 		// Near the limit a lease would be a single hit held while others
 		// starve, and for a counter whose hits are too sparse to spend
 		// one, it would cost a reservation and a return where one strict
-		// call does: decide strictly, as the shared counter would.
+		// call does (unless it is free: see freeLease): decide strictly,
+		// as the shared counter would.
 		d.inner, d.strict, d.probe = true, h.Cost, true
 		return spendStrict
 	}
 	return spendEmpty
 }
 
+// freeLease returns how many tokens a lease of c's bucket may hold at no
+// cost beyond the call that reserves it: as many as refill within one
+// RenewInterval, while the bucket is far from its limit, are never given
+// back (see owed), so a lease of them costs what a strict decision does,
+// however few of them are spent. 0 for a window, or a bucket near its
+// limit.
+func (c *counter) freeLease(s *Store) int64 {
+	l := c.limit
+	if l.Kind != algorithm.TokenBucket || c.left < aheadBelow || l.Period <= 0 {
+		return 0
+	}
+	return min(c.left/shareDivisor, s.interval*l.Requests/l.Period)
+}
+
 // idleAfter returns how long c may go without a hit before it is
 // forgotten: IdleAfter, or four of its average gaps; and while it holds
-// no lease, as long as a lease would live (a window, a bucket lease's
-// lifetime; at most maxIdle), so that a counter seen a few times in that
-// span learns its gap and leases for the rest.
+// no lease, or none worth a return, as long as a lease would live (a
+// window, a bucket lease's lifetime; at most maxIdle), so that a counter
+// seen a few times in that span learns its gap and leases for the rest,
+// or spends what it holds.
 func (c *counter) idleAfter(s *Store) int64 {
 	d := max(s.idle, 4*c.gap)
-	if c.room() == 0 {
+	if c.room() == 0 || !c.owes(s, c.used) {
 		life := c.limit.Period
 		if c.limit.Kind == algorithm.TokenBucket {
 			life = c.lifetime(s).Microseconds()
@@ -300,8 +316,10 @@ func (c *counter) request(s *Store, need int64) store.LeaseRequest {
 		want = max(want, c.expected(s, now))
 	case c.lifetime(s) > s.lifetime:
 		// A bucket far from empty lends for longer: the demand expected
-		// over the lease's life.
-		want = max(want, c.expected(s, now))
+		// over the lease's life, and what it lends for free.
+		want = max(want, c.expected(s, now), c.freeLease(s))
+	default:
+		want = max(want, c.freeLease(s))
 	}
 	want = min(want, max(1, left/shareDivisor))
 	want = max(want, need)
@@ -454,6 +472,17 @@ func (c *counter) owed(lease algorithm.Lease, unspent, now, interval int64) bool
 		return c.left < aheadBelow || unspent*l.Period > interval*l.Requests
 	}
 	return true
+}
+
+// owes reports whether c holds unspent hits worth a return at now.
+func (c *counter) owes(s *Store, now int64) bool {
+	for i := range c.grants {
+		g := &c.grants[i]
+		if g.lease.Hits > 0 && c.owed(g.lease, g.lease.Hits-g.spent, now, s.interval) {
+			return true
+		}
+	}
+	return false
 }
 
 // release queues the return of every unspent hit held.

@@ -61,7 +61,11 @@
 // once, or too sparse to spend a lease, is decided by one strict call of
 // the inner store, with no reservation ahead and nothing to give back, so
 // that on any traffic cached costs the shared store at most the calls
-// strict does. (A counter without a lease is kept, to learn its gap, as
+// strict does — unless the lease is free: a token bucket far from its
+// limit lends, in one call, as many tokens as refill within one
+// RenewInterval (at most a 64th of what is left), which are never given
+// back (see below), so such a lease costs what a strict decision does
+// and serves the counter's next hits. (A counter without a lease is kept, to learn its gap, as
 // long as a lease would live — its window, a bucket lease's lifetime — at
 // most a minute, or four of its gaps.)
 //
