@@ -234,3 +234,18 @@ func TestReplaySaysWhy(t *testing.T) {
 		}
 	})
 }
+
+// TestReplayNothing replays a recording of a header alone: a report of
+// no calls, not an error.
+func TestReplayNothing(t *testing.T) {
+	const header = `{"type":"header","version":1,"rules_hash":"h","start":"2026-11-28T17:00:00Z","sample":1,"key":"","overrides":[]}` + "\n"
+	rep, err := record.Replay(context.Background(), []record.Input{{Name: "empty", R: strings.NewReader(header)}},
+		record.ReplayOptions{Rules: loadRules(t, exactRules)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if err := rep.WriteText(&out); err != nil || rep.Calls != 0 || !strings.HasPrefix(out.String(), "Replayed no calls, through rules") {
+		t.Fatalf("report %+v, %v:\n%s", rep, err, out.String())
+	}
+}

@@ -170,7 +170,11 @@ func (r *Report) WriteText(w io.Writer) error {
 	if r.Baseline == BaselineReplayed {
 		before = "the baseline rules (" + short(r.BaselineHash) + ")"
 	}
-	fmt.Fprintf(&b, "Replayed %d calls recorded %s – %s", r.Calls, r.From.UTC().Format(time.RFC3339), r.To.UTC().Format(time.RFC3339))
+	if r.Calls == 0 {
+		b.WriteString("Replayed no calls")
+	} else {
+		fmt.Fprintf(&b, "Replayed %d calls recorded %s – %s", r.Calls, r.From.UTC().Format(time.RFC3339), r.To.UTC().Format(time.RFC3339))
+	}
 	if r.Scale != 1 {
 		fmt.Fprintf(&b, ", %g times as dense", r.Scale)
 	}
