@@ -254,7 +254,16 @@ func latencySpikeRun(t *testing.T, base time.Duration) (problems []string, stall
 		})
 	}
 	wg.Wait()
-	check("a burst on the cached rule", slices.Concat(burst...), true, fromRedis)
+	// Four callers at once: on a slow machine (the race detector) a call
+	// may reach the engine with less than the deadline margin left, and
+	// is then rightly answered by the failure mode, degraded. The burst
+	// is there to earn the lease; every call must still be OK, in time.
+	check("a burst on the cached rule", slices.Concat(burst...), true, func(c latencyCall) string {
+		if c.code != rlsv3.RateLimitResponse_OK {
+			return fmt.Sprintf("%v (degraded %v), want OK", c.code, c.degraded)
+		}
+		return ""
+	})
 
 	if err := proxy.Spike(spikeLatency); err != nil {
 		t.Fatal(err)
