@@ -37,8 +37,9 @@ func newCheckCommand(c cli) *cobra.Command {
 		Short: "Validate a descriptor configuration directory as serve would load it",
 		Long: `Validate the descriptor configuration in DIR (default: --config-dir) with
 serve's flags, TOLLGATE_* environment and --settings file, so that it accepts
-exactly what serve accepts, values files included. Prints every error with
-file, line and descriptor path, and exits 1 if there is any.`,
+exactly what serve accepts, values files included, and the shadow rules of
+--shadow-config-dir when it is set. Prints every error with file, line and
+descriptor path, and exits 1 if there is any.`,
 		ValidArgsFunction: completeDir,
 	}
 	settings := app.Flags(flags(cmd))
@@ -48,16 +49,32 @@ file, line and descriptor path, and exits 1 if there is any.`,
 		if err != nil {
 			return err
 		}
-		lists := ""
-		switch n := len(tree.ValuesFiles()); n {
-		case 0:
-		case 1:
-			lists = "1 values file, "
-		default:
-			lists = fmt.Sprintf("%d values files, ", n)
+		fmt.Fprintf(c.stdout, "ok: %s\n", summary(tree))
+		// The shadow rules, when set, are judged too, as serve loads them.
+		s, err := app.LoadSettings(settings, c.getenv)
+		if err != nil || s.Shadow.ConfigDir == "" {
+			return err
 		}
-		fmt.Fprintf(c.stdout, "ok: %d domains, %shash %s\n", len(tree.Domains()), lists, tree.Hash())
+		shadow, err := app.ReplayRules(s, s.Shadow.ConfigDir, nil)
+		if err != nil {
+			return fmt.Errorf("shadow rules (--shadow-config-dir %s): %w", s.Shadow.ConfigDir, err)
+		}
+		fmt.Fprintf(c.stdout, "shadow rules ok: %s\n", summary(shadow))
 		return nil
 	}
 	return cmd
+}
+
+// summary describes a loaded rule set: its domains, values files and
+// hash.
+func summary(tree *descriptor.Tree) string {
+	lists := ""
+	switch n := len(tree.ValuesFiles()); n {
+	case 0:
+	case 1:
+		lists = "1 values file, "
+	default:
+		lists = fmt.Sprintf("%d values files, ", n)
+	}
+	return fmt.Sprintf("%d domains, %shash %s", len(tree.Domains()), lists, tree.Hash())
 }

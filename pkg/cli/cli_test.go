@@ -295,3 +295,24 @@ func TestServeReloadsOnSIGHUP(t *testing.T) {
 		t.Errorf("SIGHUP not logged:\n%s", logs)
 	}
 }
+
+// TestCheckShadowRules checks that check judges --shadow-config-dir too:
+// a broken shadow file fails it with its file and line.
+func TestCheckShadowRules(t *testing.T) {
+	shadow := t.TempDir()
+	path := filepath.Join(shadow, "api.yaml")
+	if err := os.WriteFile(path, []byte("domain: api\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runMain("check", "../../config-examples", "--shadow-config-dir", shadow)
+	if code != 0 || !strings.Contains(out, "shadow rules ok: 1 domains") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if err := os.WriteFile(path, []byte("domain: api\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 5}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut = runMain("check", "../../config-examples", "--shadow-config-dir", shadow)
+	if code != 1 || !strings.Contains(errOut, "shadow rules (--shadow-config-dir") || !strings.Contains(errOut, "api.yaml:4") {
+		t.Fatalf("exit %d, stderr %q; want 1 naming the shadow file and line", code, errOut)
+	}
+}
