@@ -102,18 +102,15 @@ func (s *Store) maybeRenew(c *counter, now int64) {
 	if c.renewing != nil || c.queued || c.gone || c.overUntil > now {
 		return
 	}
-	if c.leftAt(now) < aheadBelow || c.expected(s, now) < 2 {
-		// Near the limit a hit reserved ahead may sit here while another
-		// instance is refused it, and a counter too sparse to spend it
-		// would give it back: reserve only on demand.
-		return
-	}
-	room := c.room()
-	low := room*4 <= c.lastHits
+	low := c.room()*4 <= c.lastHits
 	if !low && c.limit.Kind == algorithm.TokenBucket && c.grants[1].lease.Hits == 0 {
 		low = c.grants[0].lease.Until-now <= s.interval
 	}
-	if !low {
+	// Near the limit a hit reserved ahead may sit here while another
+	// instance is refused it, and a counter too sparse to spend it would
+	// give it back: reserve only on demand. (Asked only of a lease
+	// running low, as every local hit passes here.)
+	if !low || c.leftAt(now) < aheadBelow || c.expected(s, now) < 2 {
 		return
 	}
 	c.queued = true
