@@ -287,10 +287,19 @@ func latencySpikeRun(t *testing.T, base time.Duration) (problems []string, stall
 	}
 	t.Logf("during the spike, %d strict calls waited for Redis until their deadline", waited)
 
-	// After: once the breaker probes Redis again, Redis decides.
+	// After: no call fails or is late, and once the breaker probes Redis
+	// again, Redis decides a whole round. (One success does not keep the
+	// breaker closed on a machine slow enough, under the race detector
+	// beside the other packages' tests, for a 2 ms Redis to miss the
+	// store's deadline now and then: it may open again for a while.)
+	check("after the spike", rounds(svc.client, latencyRounds), true, func(latencyCall) string { return "" })
 	polltest.EventuallyEvery(t, settle, pollEvery, func() bool {
-		return fromRedis(callWithin(svc.client, latencyRulesHit[0])) == ""
-	}, "strict decisions from Redis after the spike")
-	check("after the spike", rounds(svc.client, latencyRounds), true, fromRedis)
+		for _, c := range rounds(svc.client, 1) {
+			if fromRedis(c) != "" {
+				return false
+			}
+		}
+		return true
+	}, "a round of decisions from Redis after the spike")
 	return problems, stall
 }
